@@ -1,0 +1,213 @@
+//! The checked digest types: a value of these types can only hold a well-formed digest, so a
+//! handler never sees a raw string that could become a path or an object key.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Why a string is not a digest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid digest {input:?}: expected \"blake3:\" or \"sha256:\" followed by 64 lowercase hex digits")]
+pub struct DigestError {
+    input: String,
+}
+
+impl DigestError {
+    fn new(input: &str) -> Self {
+        // Keep the echo short: the input may be an attacker's megabyte.
+        let input: String = input.chars().take(80).collect();
+        Self { input }
+    }
+}
+
+fn parse_hex32(hex_part: &str) -> Option<[u8; 32]> {
+    if hex_part.len() != 64 || !hex_part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(hex_part, &mut out).ok()?;
+    Some(out)
+}
+
+/// A blob's key: the BLAKE3 hash of its bytes, written `blake3:<64 lowercase hex>`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest([u8; 32]);
+
+impl Digest {
+    /// Wraps a BLAKE3 hash that was just computed.
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// Hashes `data` in one go; for small inputs and tests.
+    pub fn of(data: &[u8]) -> Self {
+        Self(*blake3::hash(data).as_bytes())
+    }
+
+    /// The raw hash.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The 64 lowercase hex digits, safe to use in a path or an object key.
+    pub fn hex(&self) -> String {
+        hex::encode(self.0)
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "blake3:{}", hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for Digest {
+    type Err = DigestError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.strip_prefix("blake3:")
+            .and_then(parse_hex32)
+            .map(Self)
+            .ok_or_else(|| DigestError::new(s))
+    }
+}
+
+/// A SHA-256 hash, written `sha256:<64 lowercase hex>`; blobs can be looked up by it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sha256Digest([u8; 32]);
+
+impl Sha256Digest {
+    /// Wraps a SHA-256 hash that was just computed.
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+    /// The raw hash.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Display for Sha256Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sha256:{}", hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for Sha256Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for Sha256Digest {
+    type Err = DigestError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.strip_prefix("sha256:")
+            .and_then(parse_hex32)
+            .map(Self)
+            .ok_or_else(|| DigestError::new(s))
+    }
+}
+
+/// A digest in either accepted form, as it may appear in a URL.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum AnyDigest {
+    /// `blake3:…`, the blob's key.
+    Blake3(Digest),
+    /// `sha256:…`, resolved through the blob table.
+    Sha256(Sha256Digest),
+}
+
+impl fmt::Display for AnyDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Blake3(d) => d.fmt(f),
+            Self::Sha256(d) => d.fmt(f),
+        }
+    }
+}
+
+impl FromStr for AnyDigest {
+    type Err = DigestError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.starts_with("sha256:") {
+            s.parse().map(Self::Sha256)
+        } else {
+            s.parse().map(Self::Blake3)
+        }
+    }
+}
+
+macro_rules! serde_via_str {
+    ($t:ty) => {
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+serde_via_str!(Digest);
+serde_via_str!(Sha256Digest);
+serde_via_str!(AnyDigest);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn accepts_both_forms() {
+        let hex = "ab".repeat(32);
+        let b: Digest = format!("blake3:{hex}").parse().unwrap();
+        assert_eq!(b.to_string(), format!("blake3:{hex}"));
+        let s: AnyDigest = format!("sha256:{hex}").parse().unwrap();
+        assert!(matches!(s, AnyDigest::Sha256(_)));
+    }
+
+    #[test]
+    fn rejects_malformed() {
+        let hex = "ab".repeat(32);
+        for bad in [
+            format!("blake3:{}", hex.to_uppercase()),
+            format!("blake3:{}", &hex[..63]),
+            format!("blake3:{hex}0"),
+            format!("md5:{hex}"),
+            format!("blake3:../{}", &hex[..61]),
+            hex.clone(),
+            "blake3:".to_string(),
+            String::new(),
+        ] {
+            assert!(bad.parse::<AnyDigest>().is_err(), "{bad} accepted");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn roundtrips(bytes in any::<[u8; 32]>()) {
+            let d = Digest::from_bytes(bytes);
+            prop_assert_eq!(d.to_string().parse::<Digest>().unwrap(), d);
+            let s = Sha256Digest::from_bytes(bytes);
+            prop_assert_eq!(s.to_string().parse::<Sha256Digest>().unwrap(), s);
+        }
+
+        #[test]
+        fn never_accepts_path_characters(s in "\\PC{0,80}") {
+            if let Ok(d) = s.parse::<AnyDigest>() {
+                // Anything accepted is exactly the canonical form.
+                prop_assert_eq!(d.to_string(), s.clone());
+                prop_assert!(!s.contains('/') && !s.contains('.'));
+            }
+        }
+    }
+}

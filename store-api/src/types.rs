@@ -1,0 +1,199 @@
+//! Request and response bodies of the `/v1` routes.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Digest;
+
+/// Labels of a reference or stream: `label.<key>=<value>` on the wire.
+pub type Labels = BTreeMap<String, String>;
+
+/// What an upload or a seal answers: the blob as this namespace now holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BlobRecord {
+    /// `blake3:…`.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub digest: Digest,
+    /// `sha256:…` of the same bytes.
+    pub sha256: String,
+    /// Bytes.
+    pub size: u64,
+    /// `\n` count, plus one for a non-empty blob without a final `\n`.
+    pub lines: u64,
+    /// True when this namespace already held the blob.
+    pub deduplicated: bool,
+    /// When this reference expires (RFC 3339); null when pinned forever.
+    pub expires_at: Option<String>,
+}
+
+/// One page of the capped read API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReadPage {
+    /// The blob (for a stream, null until sealed).
+    pub digest: Option<String>,
+    /// Size of the whole blob or stream so far.
+    pub total_size: u64,
+    /// Lines of the whole blob or stream so far.
+    pub total_lines: u64,
+    /// Byte offset of the first content byte.
+    pub offset: u64,
+    /// Raw bytes of the original this page covers.
+    pub length: u64,
+    /// Where the next byte page starts; null at the end.
+    pub next_offset: Option<u64>,
+    /// True when the page reaches the end.
+    pub eof: bool,
+    /// Line holding the first byte.
+    pub start_line: u64,
+    /// Line holding the last byte.
+    pub end_line: u64,
+    /// The line to ask for next to continue with whole lines; null at the end.
+    pub next_line: Option<u64>,
+    /// True when the 100,000-byte cap cut the page short of what was asked.
+    pub capped: bool,
+    /// True when invalid UTF-8 was replaced.
+    pub lossy: bool,
+    /// The text.
+    pub content: String,
+}
+
+/// One matching line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GrepMatch {
+    /// 1-based line number.
+    pub line: u64,
+    /// The line (without its `\n`), shortened when over-long.
+    pub text: String,
+    /// True when `text` is only part of the line.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shortened: bool,
+}
+
+/// The answer of `grep`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GrepResponse {
+    /// Matching lines, in order.
+    pub matches: Vec<GrepMatch>,
+    /// Where to resume the search; null when the whole blob was searched.
+    pub next_line: Option<u64>,
+    /// True when the answer stopped at a cap (bytes or `max_matches`).
+    pub capped: bool,
+}
+
+/// State of a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum StreamState {
+    /// Accepting appends.
+    Open,
+    /// Reached `max_bytes`; no more appends.
+    Capped,
+    /// Turned into a blob.
+    Sealed,
+}
+
+impl StreamState {
+    /// The database spelling.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Capped => "capped",
+            Self::Sealed => "sealed",
+        }
+    }
+}
+
+/// Answer of `POST /v1/streams`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StreamCreated {
+    /// The stream's id.
+    pub id: String,
+    /// Its cap.
+    pub max_bytes: u64,
+}
+
+/// Answer of `GET /v1/streams/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StreamInfo {
+    /// The stream's id.
+    pub id: String,
+    /// Bytes written so far.
+    pub size: u64,
+    /// open, capped or sealed.
+    pub state: StreamState,
+    /// The sealed blob.
+    pub digest: Option<String>,
+    /// Its cap.
+    pub max_bytes: u64,
+}
+
+/// Answer of a successful append.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AppendResponse {
+    /// Size after the append.
+    pub size: u64,
+    /// State after the append.
+    pub state: StreamState,
+}
+
+/// One entry of `GET /v1/refs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RefEntry {
+    /// The blob.
+    pub digest: String,
+    /// Its size.
+    pub size: u64,
+    /// The reference's labels.
+    pub labels: Labels,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339; null for a pin.
+    pub expires_at: Option<String>,
+    /// True for a pin.
+    pub pinned: bool,
+}
+
+/// Answer of `GET /v1/refs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RefList {
+    /// Newest first.
+    pub refs: Vec<RefEntry>,
+    /// Pass as `cursor` for the next page; null at the end.
+    pub next_cursor: Option<String>,
+}
+
+/// Optional body of `POST /v1/blobs/{digest}/pin`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PinRequest {
+    /// Why it is kept (an incident's id, say).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Summary line of one retention pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RetentionSummary {
+    /// References past their TTL that were removed.
+    pub references_expired: u64,
+    /// Streams past their TTL that were removed.
+    pub streams_expired: u64,
+    /// Blobs whose bytes were deleted.
+    pub blobs_deleted: u64,
+    /// Bytes freed.
+    pub bytes_freed: u64,
+    /// True when nothing was changed.
+    pub dry_run: bool,
+}

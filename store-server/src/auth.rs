@@ -1,0 +1,108 @@
+//! Bearer tokens: each belongs to one namespace and carries scopes. Only their SHA-256 is
+//! stored; a token is 32 random bytes, so a fast hash is enough.
+
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use rand::RngCore;
+use sha2::{Digest as _, Sha256};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The scopes a token may carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Upload, streams.
+    Write,
+    /// Head, get, read, grep, list.
+    Read,
+    /// Pin, delete, retention.
+    Admin,
+}
+
+impl Scope {
+    /// The spelling in tokens and on the command line.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Write => "write",
+            Self::Read => "read",
+            Self::Admin => "admin",
+        }
+    }
+
+    /// Parses a scope name.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "write" => Some(Self::Write),
+            "read" => Some(Self::Read),
+            "admin" => Some(Self::Admin),
+            _ => None,
+        }
+    }
+}
+
+/// The caller, as its token says.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// Its namespace.
+    pub namespace: String,
+    scopes: Vec<String>,
+}
+
+impl Caller {
+    /// Fails with 403 unless the token carries `scope`.
+    pub fn require(&self, scope: Scope) -> Result<&Self, ApiError> {
+        if self.scopes.iter().any(|s| s == scope.as_str()) {
+            Ok(self)
+        } else {
+            Err(ApiError::Forbidden(scope.as_str()))
+        }
+    }
+}
+
+/// Hex SHA-256 of a token, the form stored.
+pub fn hash_token(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// A new random token.
+pub fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("spw_{}", hex::encode(bytes))
+}
+
+/// Creates a token for `namespace` with `scopes` and returns it (the only time it is seen).
+pub async fn create_token(db: &crate::db::Db, namespace: &str, scopes: &[Scope], now: i64) -> anyhow::Result<String> {
+    anyhow::ensure!(crate::routes::valid_namespace(namespace), "invalid namespace {namespace:?}: use [a-z0-9_.-]{{1,64}}");
+    anyhow::ensure!(!scopes.is_empty(), "a token needs at least one scope");
+    let token = new_token();
+    let names: Vec<String> = scopes.iter().map(|s| s.as_str().to_owned()).collect();
+    db.insert_token(&hash_token(&token), namespace, &names, now).await?;
+    Ok(token)
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let header = parts
+            .headers
+            .get(AUTHORIZATION)
+            .ok_or(ApiError::Unauthorized("missing Authorization: Bearer <token> header"))?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty() && t.len() <= 256)
+            .ok_or(ApiError::Unauthorized("malformed Authorization header: expected Bearer <token>"))?;
+        let row = state
+            .db
+            .find_token(&hash_token(token))
+            .await?
+            .ok_or(ApiError::Unauthorized("unknown token"))?;
+        Ok(Caller { namespace: row.namespace, scopes: row.scopes })
+    }
+}

@@ -1,0 +1,423 @@
+//! `BlobStore`: blob bytes over `object_store`, keyed by digest. Uploads are hashed (BLAKE3 on
+//! the receiving task, SHA-256 on a blocking thread once the body is large) while they are
+//! written to a unique temporary location; they are published under the content key only
+//! after the digest matches, and on local disk only after file and directory are fsynced.
+
+use std::ops::Range;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt, TryStreamExt};
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectStore, ObjectStoreScheme};
+use sha2::{Digest as _, Sha256};
+use spillway_api::Digest;
+use tokio::io::{AsyncSeekExt, AsyncWriteExt};
+use url::Url;
+
+use crate::lines::{LineIndex, LineIndexBuilder};
+
+/// Above this many bytes SHA-256 moves to its own thread, off the receiving task.
+const SHA_INLINE_LIMIT: u64 = 1 << 20;
+const LOCAL_WRITE_BUFFER: usize = 1 << 20;
+
+/// What can go wrong with blob bytes.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    /// The body passed the size limit.
+    #[error("body is over {0} bytes")]
+    TooLarge(u64),
+    /// The client's body failed (disconnect, bad chunking).
+    #[error("reading the request body failed: {0}")]
+    Body(String),
+    /// The disk or quota is full.
+    #[error("storage is full: {0}")]
+    Full(String),
+    /// The object is not there.
+    #[error("object not found")]
+    NotFound,
+    /// Any other storage failure.
+    #[error("blob storage failed: {0}")]
+    Storage(String),
+}
+
+impl From<std::io::Error> for BlobError {
+    fn from(e: std::io::Error) -> Self {
+        match e.kind() {
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => Self::Full(e.to_string()),
+            std::io::ErrorKind::NotFound => Self::NotFound,
+            _ => Self::Storage(e.to_string()),
+        }
+    }
+}
+
+impl From<object_store::Error> for BlobError {
+    fn from(e: object_store::Error) -> Self {
+        match e {
+            object_store::Error::NotFound { .. } => Self::NotFound,
+            other => {
+                let text = other.to_string();
+                if text.contains("No space left") || text.contains("Disk quota") {
+                    Self::Full(text)
+                } else {
+                    Self::Storage(text)
+                }
+            }
+        }
+    }
+}
+
+/// Bytes received, verified by hash, not yet published.
+#[derive(Debug)]
+pub struct Staged {
+    /// BLAKE3 of the bytes.
+    pub digest: Digest,
+    /// SHA-256 of the bytes.
+    pub sha256: [u8; 32],
+    /// Bytes.
+    pub size: u64,
+    /// Lines.
+    pub lines: u64,
+    /// Checkpoints for line pages.
+    pub index: LineIndex,
+    tmp: Tmp,
+}
+
+#[derive(Debug)]
+enum Tmp {
+    Local(PathBuf),
+    Object(Path),
+}
+
+enum Sink {
+    Local(tokio::io::BufWriter<tokio::fs::File>),
+    Object(object_store::buffered::BufWriter),
+}
+
+impl Sink {
+    async fn write(&mut self, data: &[u8]) -> Result<(), BlobError> {
+        match self {
+            Self::Local(f) => f.write_all(data).await?,
+            Self::Object(w) => w.write_all(data).await?,
+        }
+        Ok(())
+    }
+
+    /// Makes the bytes durable (local: fsync) or complete (object store upload).
+    async fn finish(self) -> Result<(), BlobError> {
+        match self {
+            Self::Local(mut f) => {
+                f.flush().await?;
+                f.into_inner().sync_all().await?;
+            }
+            Self::Object(mut w) => w.shutdown().await?,
+        }
+        Ok(())
+    }
+
+    async fn abort(self) {
+        if let Self::Object(mut w) = self {
+            let _ = w.abort().await;
+        }
+    }
+}
+
+/// SHA-256 that starts inline and moves to a blocking thread when the body grows.
+enum ShaHasher {
+    Inline(Sha256),
+    Thread(tokio::sync::mpsc::Sender<Bytes>, tokio::task::JoinHandle<[u8; 32]>),
+}
+
+impl ShaHasher {
+    async fn update(&mut self, data: Bytes, seen: u64) {
+        match self {
+            Self::Inline(h) if seen <= SHA_INLINE_LIMIT => h.update(&data),
+            Self::Inline(h) => {
+                let mut h = std::mem::take(h);
+                let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+                let task = tokio::task::spawn_blocking(move || {
+                    while let Some(b) = rx.blocking_recv() {
+                        h.update(&b);
+                    }
+                    h.finalize().into()
+                });
+                let _ = tx.send(data).await;
+                *self = Self::Thread(tx, task);
+            }
+            Self::Thread(tx, _) => {
+                let _ = tx.send(data).await;
+            }
+        }
+    }
+
+    async fn finish(self) -> Result<[u8; 32], BlobError> {
+        match self {
+            Self::Inline(h) => Ok(h.finalize().into()),
+            Self::Thread(tx, task) => {
+                drop(tx);
+                task.await.map_err(|e| BlobError::Storage(e.to_string()))
+            }
+        }
+    }
+}
+
+/// Blob bytes, wherever they live.
+#[derive(Clone)]
+pub struct BlobStore {
+    store: Arc<dyn ObjectStore>,
+    /// Set for `file://` stores: uploads go through plain files so they can be fsynced.
+    local_root: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for BlobStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BlobStore({})", self.store)
+    }
+}
+
+fn blob_key(d: &Digest) -> Path {
+    let hex = d.hex();
+    Path::from(format!("blobs/{}/{hex}", &hex[..2]))
+}
+
+fn fsync_dir(dir: &FsPath) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+impl BlobStore {
+    /// Opens `file:///path` or `s3://bucket/prefix` (S3 settings from the `AWS_*` variables).
+    pub async fn open(url: &str) -> anyhow::Result<Self> {
+        let parsed = Url::parse(url).map_err(|e| anyhow::anyhow!("invalid blob store URL {url:?}: {e}"))?;
+        let (scheme, prefix) = ObjectStoreScheme::parse(&parsed)
+            .map_err(|e| anyhow::anyhow!("unsupported blob store URL {url:?}: {e}"))?;
+        match scheme {
+            ObjectStoreScheme::Local => {
+                let root = PathBuf::from(parsed.path());
+                Self::open_local(root).await
+            }
+            ObjectStoreScheme::AmazonS3 => {
+                let bucket = parsed.host_str().unwrap_or_default();
+                let s3 = AmazonS3Builder::from_env().with_bucket_name(bucket).build()?;
+                let store: Arc<dyn ObjectStore> = if prefix.as_ref().is_empty() {
+                    Arc::new(s3)
+                } else {
+                    Arc::new(PrefixStore::new(s3, prefix))
+                };
+                let this = Self { store, local_root: None };
+                this.clean_object_tmp().await;
+                Ok(this)
+            }
+            other => anyhow::bail!("unsupported blob store {other:?}: use file:// or s3://"),
+        }
+    }
+
+    async fn open_local(root: PathBuf) -> anyhow::Result<Self> {
+        let tmp = root.join("tmp");
+        let _ = tokio::fs::remove_dir_all(&tmp).await; // leftovers of a crash are never published
+        tokio::fs::create_dir_all(&tmp).await?;
+        for i in 0..=255u8 {
+            tokio::fs::create_dir_all(root.join("blobs").join(format!("{i:02x}"))).await?;
+        }
+        let r = root.clone();
+        tokio::task::spawn_blocking(move || {
+            fsync_dir(&r.join("blobs"))?;
+            fsync_dir(&r)
+        })
+        .await??;
+        let store = Arc::new(LocalFileSystem::new_with_prefix(&root)?);
+        Ok(Self { store, local_root: Some(root) })
+    }
+
+    async fn clean_object_tmp(&self) {
+        // Other replicas may be uploading right now: only old leftovers go.
+        let cutoff = chrono_like_now() - 24 * 3600;
+        let mut list = self.store.list(Some(&Path::from("tmp")));
+        while let Some(Ok(meta)) = list.next().await {
+            if meta.last_modified.timestamp() < cutoff {
+                let _ = self.store.delete(&meta.location).await;
+            }
+        }
+    }
+
+    /// Receives a body into a temporary location while hashing it. Nothing is visible under a
+    /// content key until [`BlobStore::publish`]; the caller must [`BlobStore::discard`] after.
+    pub async fn stage<S, E>(&self, body: S, max: u64) -> Result<Staged, BlobError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send,
+        E: std::fmt::Display,
+    {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let (mut sink, tmp) = match &self.local_root {
+            Some(root) => {
+                let path = root.join("tmp").join(&id);
+                let file = tokio::fs::File::create(&path).await?;
+                (Sink::Local(tokio::io::BufWriter::with_capacity(LOCAL_WRITE_BUFFER, file)), Tmp::Local(path))
+            }
+            None => {
+                let path = Path::from(format!("tmp/{id}"));
+                let w = object_store::buffered::BufWriter::new(self.store.clone(), path.clone());
+                (Sink::Object(w), Tmp::Object(path))
+            }
+        };
+        match Self::receive(&mut sink, body, max).await {
+            Ok((hasher, sha, index)) => {
+                let sha256 = match sha.finish().await {
+                    Ok(s) => s,
+                    Err(e) => return Err(self.fail(sink, tmp, e).await),
+                };
+                if let Err(e) = sink.finish().await {
+                    return Err(self.fail_tmp(tmp, e).await);
+                }
+                let size = index.size();
+                let lines = index.lines();
+                Ok(Staged {
+                    digest: Digest::from_bytes(*hasher.finalize().as_bytes()),
+                    sha256,
+                    size,
+                    lines,
+                    index: index.finish(),
+                    tmp,
+                })
+            }
+            Err(e) => Err(self.fail(sink, tmp, e).await),
+        }
+    }
+
+    async fn receive<S, E>(
+        sink: &mut Sink,
+        body: S,
+        max: u64,
+    ) -> Result<(blake3::Hasher, ShaHasher, LineIndexBuilder), BlobError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send,
+        E: std::fmt::Display,
+    {
+        let mut body = std::pin::pin!(body);
+        let mut hasher = blake3::Hasher::new();
+        let mut sha = ShaHasher::Inline(Sha256::new());
+        let mut index = LineIndexBuilder::default();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| BlobError::Body(e.to_string()))?;
+            if index.size() + chunk.len() as u64 > max {
+                return Err(BlobError::TooLarge(max));
+            }
+            hasher.update(&chunk);
+            index.update(&chunk);
+            sink.write(&chunk).await?;
+            sha.update(chunk, index.size()).await;
+        }
+        Ok((hasher, sha, index))
+    }
+
+    async fn fail(&self, sink: Sink, tmp: Tmp, err: BlobError) -> BlobError {
+        sink.abort().await;
+        self.fail_tmp(tmp, err).await
+    }
+
+    async fn fail_tmp(&self, tmp: Tmp, err: BlobError) -> BlobError {
+        self.remove_tmp(tmp).await;
+        err
+    }
+
+    async fn remove_tmp(&self, tmp: Tmp) {
+        match tmp {
+            Tmp::Local(p) => {
+                let _ = tokio::fs::remove_file(p).await;
+            }
+            Tmp::Object(p) => {
+                let _ = self.store.delete(&p).await;
+            }
+        }
+    }
+
+    /// Makes staged bytes readable under their content key. Idempotent: publishing bytes that
+    /// are already there (a concurrent identical upload) succeeds.
+    pub async fn publish(&self, staged: &Staged) -> Result<(), BlobError> {
+        let key = blob_key(&staged.digest);
+        match (&staged.tmp, &self.local_root) {
+            (Tmp::Local(tmp), Some(root)) => {
+                let dest = root.join(key.as_ref());
+                match tokio::fs::hard_link(tmp, &dest).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let dir = dest.parent().map(FsPath::to_path_buf).unwrap_or_default();
+                tokio::task::spawn_blocking(move || fsync_dir(&dir))
+                    .await
+                    .map_err(|e| BlobError::Storage(e.to_string()))??;
+            }
+            (Tmp::Object(tmp), _) => self.store.copy(tmp, &key).await?,
+            (Tmp::Local(_), None) => return Err(BlobError::Storage("local staging without a root".into())),
+        }
+        Ok(())
+    }
+
+    /// Removes the temporary copy of staged bytes (published or not).
+    pub async fn discard(&self, staged: Staged) {
+        self.remove_tmp(staged.tmp).await;
+    }
+
+    /// Bytes `range` of a blob.
+    pub async fn get_range(&self, d: &Digest, range: Range<u64>) -> Result<Bytes, BlobError> {
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        Ok(self.store.get_range(&blob_key(d), range).await?)
+    }
+
+    /// A blob (or a range of it) as a stream of chunks, for full downloads.
+    pub async fn get_stream(
+        &self,
+        d: &Digest,
+        range: Range<u64>,
+    ) -> Result<BoxStream<'static, Result<Bytes, BlobError>>, BlobError> {
+        if let Some(root) = &self.local_root {
+            let mut file = tokio::fs::File::open(root.join(blob_key(d).as_ref())).await?;
+            file.seek(std::io::SeekFrom::Start(range.start)).await?;
+            let reader = tokio::io::AsyncReadExt::take(file, range.end - range.start);
+            let stream = tokio_util::io::ReaderStream::with_capacity(reader, 256 * 1024);
+            return Ok(stream.map_err(BlobError::from).boxed());
+        }
+        let opts = object_store::GetOptions { range: Some(range.into()), ..Default::default() };
+        let res = self.store.get_opts(&blob_key(d), opts).await?;
+        Ok(res.into_stream().map_err(BlobError::from).boxed())
+    }
+
+    /// Deletes a blob's bytes; bytes that are already gone count as deleted.
+    pub async fn delete(&self, d: &Digest) -> Result<(), BlobError> {
+        match self.store.delete(&blob_key(d)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// True when the bytes of `d` are present (tests and repair).
+    pub async fn exists(&self, d: &Digest) -> Result<bool, BlobError> {
+        match self.store.head(&blob_key(d)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Checks that the store answers, for `/readyz`.
+    pub async fn ping(&self) -> Result<(), BlobError> {
+        match self.store.head(&Path::from("readyz-probe")).await {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn chrono_like_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
+}

@@ -1,0 +1,62 @@
+//! The server's one configuration. Every field maps to a flag and an environment variable
+//! (see `Args` in `main.rs`); defaults are the embedded single-machine setup.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything the server needs to know at start-up.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the SQLite database, the blob directory and the first-start token live.
+    pub data_dir: PathBuf,
+    /// `sqlite://…` or `postgres://…`; `None` means `sqlite://<data_dir>/spillway.db`.
+    pub database_url: Option<String>,
+    /// `file:///path` or `s3://bucket/prefix`; `None` means `file://<data_dir>/blobs`.
+    pub blob_store: Option<String>,
+    /// Largest blob an upload may carry.
+    pub max_blob_bytes: u64,
+    /// TTL of a reference when the upload names none.
+    pub default_ttl: Duration,
+    /// Longest TTL an upload may ask for.
+    pub max_ttl: Duration,
+    /// Default and maximum `max_bytes` of a stream.
+    pub max_stream_bytes: u64,
+    /// How often the server runs a retention pass.
+    pub retention_interval: Duration,
+    /// How long unreferenced bytes are kept before they are deleted.
+    pub retention_grace: Duration,
+    /// After this long, a deletion that a crashed pass left half-done is finished by the next.
+    pub deletion_lease: Duration,
+}
+
+impl Config {
+    /// The embedded default rooted at `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            database_url: None,
+            blob_store: None,
+            max_blob_bytes: 1 << 30,
+            default_ttl: Duration::from_secs(7 * 24 * 3600),
+            max_ttl: Duration::from_secs(90 * 24 * 3600),
+            max_stream_bytes: 50 << 20,
+            retention_interval: Duration::from_secs(3600),
+            retention_grace: Duration::from_secs(3600),
+            deletion_lease: Duration::from_secs(300),
+        }
+    }
+
+    /// The database URL in force.
+    pub fn database_url(&self) -> String {
+        self.database_url.clone().unwrap_or_else(|| {
+            format!("sqlite://{}?mode=rwc", self.data_dir.join("spillway.db").display())
+        })
+    }
+
+    /// The blob store URL in force.
+    pub fn blob_store_url(&self) -> String {
+        self.blob_store
+            .clone()
+            .unwrap_or_else(|| format!("file://{}", self.data_dir.join("blobs").display()))
+    }
+}

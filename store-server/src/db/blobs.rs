@@ -1,0 +1,263 @@
+//! Blobs and the references that make them visible in a namespace.
+//!
+//! A blob row is written only after its bytes are durable, and a reference is only ever added
+//! to a blob in state `live` in the same transaction that clears `unreferenced_since`; the
+//! retention claim requires that column to be set, so the two can never both win.
+
+use spillway_api::Labels;
+use sqlx::any::AnyRow;
+use sqlx::{Any, Row, Transaction};
+
+use super::{to_i64, Db};
+
+/// A stored blob.
+#[derive(Debug, Clone)]
+pub struct BlobRow {
+    /// BLAKE3, 64 hex.
+    pub digest: String,
+    /// SHA-256, 64 hex.
+    pub sha256: String,
+    /// Bytes.
+    pub size: u64,
+    /// Lines.
+    pub lines: u64,
+    /// Encoded [`crate::lines::LineIndex`].
+    pub line_index: Vec<u8>,
+}
+
+/// A reference to add.
+#[derive(Debug, Clone)]
+pub struct NewRef<'a> {
+    /// Owner.
+    pub namespace: &'a str,
+    /// BLAKE3, 64 hex.
+    pub digest: &'a str,
+    /// Labels.
+    pub labels: &'a Labels,
+    /// `None` for a pin.
+    pub expires_at: Option<i64>,
+    /// Why it is pinned.
+    pub pin_reason: Option<&'a str>,
+}
+
+/// One reference as listed.
+#[derive(Debug, Clone)]
+pub struct RefRow {
+    /// Cursor key.
+    pub id: i64,
+    /// BLAKE3, 64 hex.
+    pub digest: String,
+    /// Blob size.
+    pub size: u64,
+    /// Labels.
+    pub labels: Labels,
+    /// Millis.
+    pub created_at: i64,
+    /// Millis; `None` for a pin.
+    pub expires_at: Option<i64>,
+    /// Pinned.
+    pub pinned: bool,
+}
+
+/// Outcome of trying to reference an existing blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddRef {
+    /// Referenced; `deduplicated` is true when the namespace already held it.
+    Added {
+        /// The namespace held a live reference before.
+        deduplicated: bool,
+    },
+    /// No such blob: its bytes must be published first.
+    Absent,
+    /// Retention is deleting it: wait for that to finish, then publish again.
+    Deleting,
+}
+
+const VISIBLE: &str = "EXISTS (SELECT 1 FROM refs r WHERE r.namespace = $1 AND r.digest = b.digest \
+                       AND (r.pinned = 1 OR r.expires_at > $2))";
+
+fn blob_from_row(r: &AnyRow) -> Result<BlobRow, sqlx::Error> {
+    Ok(BlobRow {
+        digest: r.try_get("digest")?,
+        sha256: r.try_get("sha256")?,
+        size: r.try_get::<i64, _>("size")? as u64,
+        lines: r.try_get::<i64, _>("lines")? as u64,
+        line_index: r.try_get("line_index")?,
+    })
+}
+
+async fn holds(tx: &mut Transaction<'static, Any>, ns: &str, digest: &str, now: i64) -> Result<bool, sqlx::Error> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT CAST(COUNT(*) AS BIGINT) FROM refs WHERE namespace = $1 AND digest = $2 \
+         AND (pinned = 1 OR expires_at > $3)",
+    )
+    .bind(ns)
+    .bind(digest)
+    .bind(now)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(n > 0)
+}
+
+async fn insert_ref(tx: &mut Transaction<'static, Any>, r: &NewRef<'_>, now: i64) -> Result<(), sqlx::Error> {
+    let labels = serde_json::to_string(r.labels).unwrap_or_else(|_| "{}".into());
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO refs (namespace, digest, labels, created_at, expires_at, pinned, pin_reason) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+    )
+    .bind(r.namespace)
+    .bind(r.digest)
+    .bind(labels)
+    .bind(now)
+    .bind(r.expires_at)
+    .bind(i64::from(r.expires_at.is_none()))
+    .bind(r.pin_reason)
+    .fetch_one(&mut **tx)
+    .await?;
+    for (k, v) in r.labels {
+        sqlx::query("INSERT INTO ref_labels (ref_id, key, value) VALUES ($1, $2, $3)")
+            .bind(id)
+            .bind(k)
+            .bind(v)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+impl Db {
+    /// The blob if `namespace` holds a live reference to it.
+    pub async fn visible_blob(&self, ns: &str, digest: &str, now: i64) -> Result<Option<BlobRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT digest, sha256, size, lines, line_index FROM blobs b \
+             WHERE {VISIBLE} AND b.digest = $3 AND b.state = 'live'"
+        );
+        let row = sqlx::query(&sql).bind(ns).bind(now).bind(digest).fetch_optional(&self.pool).await?;
+        row.as_ref().map(blob_from_row).transpose()
+    }
+
+    /// Like [`Db::visible_blob`], looked up by SHA-256.
+    pub async fn visible_blob_by_sha256(&self, ns: &str, sha256: &str, now: i64) -> Result<Option<BlobRow>, sqlx::Error> {
+        let sql = format!(
+            "SELECT digest, sha256, size, lines, line_index FROM blobs b \
+             WHERE {VISIBLE} AND b.sha256 = $3 AND b.state = 'live' LIMIT 1"
+        );
+        let row = sqlx::query(&sql).bind(ns).bind(now).bind(sha256).fetch_optional(&self.pool).await?;
+        row.as_ref().map(blob_from_row).transpose()
+    }
+
+    /// References a blob that is already stored and live, keeping it from collection.
+    pub async fn add_ref_if_live(&self, r: &NewRef<'_>, now: i64) -> Result<AddRef, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let kept = sqlx::query("UPDATE blobs SET unreferenced_since = NULL WHERE digest = $1 AND state = 'live'")
+            .bind(r.digest)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if kept == 0 {
+            let state: Option<String> = sqlx::query_scalar("SELECT state FROM blobs WHERE digest = $1")
+                .bind(r.digest)
+                .fetch_optional(&mut *tx)
+                .await?;
+            tx.rollback().await?;
+            return Ok(if state.is_some() { AddRef::Deleting } else { AddRef::Absent });
+        }
+        let deduplicated = holds(&mut tx, r.namespace, r.digest, now).await?;
+        insert_ref(&mut tx, r, now).await?;
+        tx.commit().await?;
+        Ok(AddRef::Added { deduplicated })
+    }
+
+    /// Records a blob whose bytes were just made durable, with its first reference. Returns
+    /// `None` when a row in state `deleting` is in the way (retention is collecting it).
+    pub async fn insert_blob_with_ref(&self, b: &BlobRow, r: &NewRef<'_>, now: i64) -> Result<Option<bool>, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query(
+            "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, state) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'live') \
+             ON CONFLICT (digest) DO UPDATE SET unreferenced_since = NULL WHERE blobs.state = 'live'",
+        )
+        .bind(&b.digest)
+        .bind(&b.sha256)
+        .bind(to_i64(b.size))
+        .bind(to_i64(b.lines))
+        .bind(&b.line_index)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        let deduplicated = holds(&mut tx, r.namespace, r.digest, now).await?;
+        insert_ref(&mut tx, r, now).await?;
+        tx.commit().await?;
+        Ok(Some(deduplicated))
+    }
+
+    /// Removes this namespace's pins of a blob; returns how many there were.
+    pub async fn unpin(&self, ns: &str, digest: &str) -> Result<u64, sqlx::Error> {
+        Ok(sqlx::query("DELETE FROM refs WHERE namespace = $1 AND digest = $2 AND pinned = 1")
+            .bind(ns)
+            .bind(digest)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
+    /// Removes all of this namespace's references to a blob; returns how many there were.
+    pub async fn delete_refs(&self, ns: &str, digest: &str) -> Result<u64, sqlx::Error> {
+        Ok(sqlx::query("DELETE FROM refs WHERE namespace = $1 AND digest = $2")
+            .bind(ns)
+            .bind(digest)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
+    /// A page of this namespace's live references, newest first, filtered by labels.
+    pub async fn list_refs(
+        &self,
+        ns: &str,
+        filter: &Labels,
+        before_id: Option<i64>,
+        limit: u32,
+        now: i64,
+    ) -> Result<Vec<RefRow>, sqlx::Error> {
+        let mut sql = String::from(
+            "SELECT r.id, r.digest, r.labels, r.created_at, r.expires_at, r.pinned, b.size \
+             FROM refs r JOIN blobs b ON b.digest = r.digest \
+             WHERE r.namespace = $1 AND (r.pinned = 1 OR r.expires_at > $2) AND r.id < $3",
+        );
+        let mut n = 3;
+        for _ in filter {
+            sql.push_str(&format!(
+                " AND EXISTS (SELECT 1 FROM ref_labels l WHERE l.ref_id = r.id AND l.key = ${} AND l.value = ${})",
+                n + 1,
+                n + 2
+            ));
+            n += 2;
+        }
+        sql.push_str(&format!(" ORDER BY r.id DESC LIMIT ${}", n + 1));
+        let mut q = sqlx::query(&sql).bind(ns).bind(now).bind(before_id.unwrap_or(i64::MAX));
+        for (k, v) in filter {
+            q = q.bind(k).bind(v);
+        }
+        let rows = q.bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                let labels: String = r.try_get("labels")?;
+                Ok(RefRow {
+                    id: r.try_get("id")?,
+                    digest: r.try_get("digest")?,
+                    size: r.try_get::<i64, _>("size")? as u64,
+                    labels: serde_json::from_str(&labels).unwrap_or_default(),
+                    created_at: r.try_get("created_at")?,
+                    expires_at: r.try_get("expires_at")?,
+                    pinned: r.try_get::<i64, _>("pinned")? != 0,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,254 @@
+//! Streams: background task output appended in offset-checked chunks. The size column is the
+//! single point of truth; an append commits only if it moves the size from the value it read,
+//! so two replicas can never both accept the same offset.
+
+use bytes::{Bytes, BytesMut};
+use spillway_api::StreamState;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::{to_i64, Db};
+use crate::lines::Checkpoint;
+
+/// A stream as stored.
+#[derive(Debug, Clone)]
+pub struct StreamRow {
+    /// Id.
+    pub id: String,
+    /// Labels JSON.
+    pub labels: String,
+    /// TTL of the blob reference made by sealing.
+    pub ttl_ms: i64,
+    /// Cap.
+    pub max_bytes: u64,
+    /// Bytes so far.
+    pub size: u64,
+    /// Newlines so far.
+    pub newlines: u64,
+    /// Last byte, for the line count.
+    pub last_byte: Option<u8>,
+    /// State.
+    pub state: StreamState,
+    /// Sealed blob, 64 hex.
+    pub digest: Option<String>,
+}
+
+impl StreamRow {
+    /// Lines as the contract counts them.
+    pub fn lines(&self) -> u64 {
+        self.newlines + u64::from(self.size > 0 && self.last_byte != Some(b'\n'))
+    }
+}
+
+/// What an append did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendOutcome {
+    /// Stored (or already stored: a retried append); the new size and state.
+    Stored {
+        /// Size after.
+        size: u64,
+        /// State after.
+        state: StreamState,
+        /// Bytes that did not fit under the cap (the stream is now capped).
+        dropped: u64,
+    },
+    /// No such stream in this namespace.
+    NotFound,
+    /// Wrong offset; carries the current size.
+    OffsetMismatch(u64),
+    /// Sealed or capped.
+    Closed(StreamState),
+}
+
+fn stream_from_row(r: &AnyRow) -> Result<StreamRow, sqlx::Error> {
+    let state: String = r.try_get("state")?;
+    Ok(StreamRow {
+        id: r.try_get("id")?,
+        labels: r.try_get("labels")?,
+        ttl_ms: r.try_get("ttl_ms")?,
+        max_bytes: r.try_get::<i64, _>("max_bytes")? as u64,
+        size: r.try_get::<i64, _>("size")? as u64,
+        newlines: r.try_get::<i64, _>("newlines")? as u64,
+        last_byte: r.try_get::<Option<i64>, _>("last_byte")?.map(|b| b as u8),
+        state: match state.as_str() {
+            "capped" => StreamState::Capped,
+            "sealed" => StreamState::Sealed,
+            _ => StreamState::Open,
+        },
+        digest: r.try_get("digest")?,
+    })
+}
+
+const STREAM_COLS: &str = "id, labels, ttl_ms, max_bytes, size, newlines, last_byte, state, digest";
+
+impl Db {
+    /// Creates an open, empty stream.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn create_stream(
+        &self,
+        id: &str,
+        ns: &str,
+        labels: &str,
+        ttl_ms: i64,
+        max_bytes: u64,
+        now: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO streams (id, namespace, labels, ttl_ms, max_bytes, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(id)
+        .bind(ns)
+        .bind(labels)
+        .bind(ttl_ms)
+        .bind(to_i64(max_bytes))
+        .bind(now)
+        .bind(now.saturating_add(ttl_ms))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The stream if it belongs to `ns`.
+    pub async fn get_stream(&self, ns: &str, id: &str) -> Result<Option<StreamRow>, sqlx::Error> {
+        let sql = format!("SELECT {STREAM_COLS} FROM streams WHERE namespace = $1 AND id = $2");
+        let row = sqlx::query(&sql).bind(ns).bind(id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(stream_from_row).transpose()
+    }
+
+    /// Appends `data` at `offset`, which must equal the current size; re-sending bytes
+    /// already stored there is a no-op.
+    pub async fn append_stream(&self, ns: &str, id: &str, offset: u64, data: &[u8]) -> Result<AppendOutcome, sqlx::Error> {
+        let Some(s) = self.get_stream(ns, id).await? else {
+            return Ok(AppendOutcome::NotFound);
+        };
+        let end = offset.saturating_add(data.len() as u64);
+        if offset < s.size || (offset == s.size && data.is_empty()) {
+            if end <= s.size && self.read_stream(id, offset, end).await?.as_ref() == data {
+                return Ok(AppendOutcome::Stored { size: s.size, state: s.state, dropped: 0 });
+            }
+            return Ok(AppendOutcome::OffsetMismatch(s.size));
+        }
+        if offset > s.size {
+            return Ok(AppendOutcome::OffsetMismatch(s.size));
+        }
+        if s.state != StreamState::Open {
+            return Ok(AppendOutcome::Closed(s.state));
+        }
+        let take = (s.max_bytes - s.size.min(s.max_bytes)).min(data.len() as u64) as usize;
+        let part = &data[..take];
+        let dropped = (data.len() - take) as u64;
+        let new_state = if dropped > 0 { StreamState::Capped } else { StreamState::Open };
+        let newlines = s.newlines + memchr::memchr_iter(b'\n', part).count() as u64;
+        let last_byte = part.last().map(|&b| i64::from(b)).or(s.last_byte.map(i64::from));
+        let mut tx = self.pool.begin().await?;
+        let moved = sqlx::query(
+            "UPDATE streams SET size = $1, newlines = $2, last_byte = $3, state = $4 \
+             WHERE id = $5 AND size = $6 AND state = 'open'",
+        )
+        .bind(to_i64(s.size + take as u64))
+        .bind(to_i64(newlines))
+        .bind(last_byte)
+        .bind(new_state.as_str())
+        .bind(id)
+        .bind(to_i64(s.size))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if moved == 0 {
+            // Another writer moved the stream first: answer from its new state.
+            tx.rollback().await?;
+            let now = self.get_stream(ns, id).await?;
+            return Ok(match now {
+                None => AppendOutcome::NotFound,
+                Some(n) if n.state != StreamState::Open && n.size == s.size => AppendOutcome::Closed(n.state),
+                Some(n) => AppendOutcome::OffsetMismatch(n.size),
+            });
+        }
+        if take > 0 {
+            sqlx::query("INSERT INTO stream_chunks (stream_id, start, newlines, data) VALUES ($1, $2, $3, $4)")
+                .bind(id)
+                .bind(to_i64(s.size))
+                .bind(to_i64(s.newlines))
+                .bind(part.to_vec())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(AppendOutcome::Stored { size: s.size + take as u64, state: new_state, dropped })
+    }
+
+    /// Bytes `start..end` of a stream.
+    pub async fn read_stream(&self, id: &str, start: u64, end: u64) -> Result<Bytes, sqlx::Error> {
+        let first = self.stream_checkpoint_for_offset(id, start).await?.offset;
+        let rows = sqlx::query(
+            "SELECT start, data FROM stream_chunks WHERE stream_id = $1 AND start >= $2 AND start < $3 ORDER BY start",
+        )
+        .bind(id)
+        .bind(to_i64(first))
+        .bind(to_i64(end))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = BytesMut::with_capacity((end - start) as usize);
+        for r in rows {
+            let at = r.try_get::<i64, _>("start")? as u64;
+            let data: Vec<u8> = r.try_get("data")?;
+            let from = start.saturating_sub(at).min(data.len() as u64) as usize;
+            let to = (end - at).min(data.len() as u64) as usize;
+            if from < to {
+                out.extend_from_slice(&data[from..to]);
+            }
+        }
+        Ok(out.freeze())
+    }
+
+    async fn stream_checkpoint(&self, sql: &str, id: &str, v: u64) -> Result<Checkpoint, sqlx::Error> {
+        let row = sqlx::query(sql).bind(id).bind(to_i64(v)).fetch_optional(&self.pool).await?;
+        Ok(match row {
+            Some(r) => Checkpoint {
+                offset: r.try_get::<i64, _>("start")? as u64,
+                newlines: r.try_get::<i64, _>("newlines")? as u64,
+            },
+            None => Checkpoint { offset: 0, newlines: 0 },
+        })
+    }
+
+    /// The chunk start at or before `offset`, with the newlines before it.
+    pub async fn stream_checkpoint_for_offset(&self, id: &str, offset: u64) -> Result<Checkpoint, sqlx::Error> {
+        let sql = "SELECT start, newlines FROM stream_chunks WHERE stream_id = $1 AND start <= $2 \
+                   ORDER BY start DESC LIMIT 1";
+        self.stream_checkpoint(sql, id, offset).await
+    }
+
+    /// The last chunk start at or before the start of `line`.
+    pub async fn stream_checkpoint_for_line(&self, id: &str, line: u64) -> Result<Checkpoint, sqlx::Error> {
+        let sql = "SELECT start, newlines FROM stream_chunks WHERE stream_id = $1 AND newlines < $2 \
+                   ORDER BY start DESC LIMIT 1";
+        self.stream_checkpoint(sql, id, line.saturating_sub(1)).await
+    }
+
+    /// Stops appends: open or capped becomes sealed. Returns the row after.
+    pub async fn close_stream(&self, ns: &str, id: &str) -> Result<Option<StreamRow>, sqlx::Error> {
+        sqlx::query("UPDATE streams SET state = 'sealed' WHERE namespace = $1 AND id = $2 AND state <> 'sealed'")
+            .bind(ns)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        self.get_stream(ns, id).await
+    }
+
+    /// Records the sealed blob and drops the chunks, unless another seal got there first.
+    pub async fn finish_seal(&self, id: &str, digest: &str) -> Result<(), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query("UPDATE streams SET digest = $1 WHERE id = $2 AND digest IS NULL")
+            .bind(digest)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if n == 1 {
+            sqlx::query("DELETE FROM stream_chunks WHERE stream_id = $1").bind(id).execute(&mut *tx).await?;
+        }
+        tx.commit().await
+    }
+}

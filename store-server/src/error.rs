@@ -1,0 +1,131 @@
+//! One error type for every handler: it picks the status and the contract's JSON body.
+//! Details of server faults are logged, never sent.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use spillway_api::{DigestError, ErrorBody, ErrorCode};
+
+/// What can go wrong while answering a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Malformed digest.
+    #[error(transparent)]
+    InvalidDigest(#[from] DigestError),
+    /// Malformed query, header or body.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The body does not hash to the digest in the URL.
+    #[error("uploaded bytes hash to {actual}, not to {expected}; nothing was stored")]
+    DigestMismatch {
+        /// What the URL named.
+        expected: String,
+        /// What the bytes hash to.
+        actual: String,
+    },
+    /// Missing or unknown token.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// The token lacks the scope.
+    #[error("this token lacks the {0} scope")]
+    Forbidden(&'static str),
+    /// No such blob or stream in the caller's namespace.
+    #[error("{0} not found in this namespace")]
+    NotFound(String),
+    /// Stream append at the wrong offset.
+    #[error("append offset {given} does not match the stream's current size {size}")]
+    OffsetMismatch {
+        /// The offset asked for.
+        given: u64,
+        /// The stream's size.
+        size: u64,
+    },
+    /// Stream append after seal or cap.
+    #[error("stream is {0}: it takes no more appends")]
+    StreamClosed(&'static str),
+    /// Body over the blob limit.
+    #[error("body is over the server's blob limit of {0} bytes; nothing was stored")]
+    TooLarge(u64),
+    /// The stream reached its cap.
+    #[error("stream reached its cap of {0} bytes; it is now capped")]
+    StreamLimitExceeded(u64),
+    /// Offset or line past the end; carries the size for `Content-Range`.
+    #[error("{message}")]
+    RangeNotSatisfiable {
+        /// For a person.
+        message: String,
+        /// Size of the blob, for `Content-Range: bytes */size`.
+        size: Option<u64>,
+    },
+    /// Backend down or busy; safe to retry.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Disk or quota full.
+    #[error("storage is full; nothing was stored")]
+    InsufficientStorage,
+    /// A fault of the server's.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// A server fault from any error; the cause is logged when the response is built.
+    pub fn internal(err: impl std::fmt::Display) -> Self {
+        Self::Internal(err.to_string())
+    }
+
+    fn code(&self) -> ErrorCode {
+        match self {
+            Self::InvalidDigest(_) => ErrorCode::InvalidDigest,
+            Self::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            Self::DigestMismatch { .. } => ErrorCode::DigestMismatch,
+            Self::Unauthorized(_) => ErrorCode::Unauthorized,
+            Self::Forbidden(_) => ErrorCode::Forbidden,
+            Self::NotFound(_) => ErrorCode::NotFound,
+            Self::OffsetMismatch { .. } => ErrorCode::OffsetMismatch,
+            Self::StreamClosed(_) => ErrorCode::StreamClosed,
+            Self::TooLarge(_) => ErrorCode::TooLarge,
+            Self::StreamLimitExceeded(_) => ErrorCode::StreamLimitExceeded,
+            Self::RangeNotSatisfiable { .. } => ErrorCode::RangeNotSatisfiable,
+            Self::Unavailable(_) => ErrorCode::Unavailable,
+            Self::InsufficientStorage => ErrorCode::InsufficientStorage,
+            Self::Internal(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        match err {
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+                tracing::error!(cause = %err, "database unavailable");
+                Self::Unavailable("the metadata database is unavailable; retry".into())
+            }
+            other => Self::internal(other),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = self.code();
+        let status = StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let message = match &self {
+            Self::Internal(cause) => {
+                tracing::error!(cause = %cause, "internal error");
+                "internal server error".to_string()
+            }
+            other => other.to_string(),
+        };
+        let mut resp = (status, Json(ErrorBody::new(code, message))).into_response();
+        if let Self::RangeNotSatisfiable { size: Some(size), .. } = self {
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                resp.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+        }
+        resp
+    }
+}
+
+/// Handlers' result type.
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,23 @@
+//! `spillway-server`: the content-addressed spill store shared by agent workers.
+//!
+//! The binary's `main.rs` parses arguments and calls [`server::build_state`] and
+//! [`server::serve`]; tests do the same on `127.0.0.1:0`.
+
+pub mod auth;
+pub mod blobs;
+pub mod clock;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod lines;
+pub mod page;
+pub mod retention;
+pub mod routes;
+pub mod server;
+pub mod state;
+pub mod upload;
+
+pub use config::Config;
+pub use retention::run_retention_once;
+pub use server::{build_state, ensure_first_token, serve};
+pub use state::AppState;

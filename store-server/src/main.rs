@@ -1,0 +1,144 @@
+//! `spillway-server`: parses the command line, starts tracing, and calls the library.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use spillway_server::auth::{create_token, Scope};
+use spillway_server::clock::SystemClock;
+use spillway_server::Config;
+
+/// The Spillway store: content-addressed, deduplicated storage for AI agents' tool outputs.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    #[command(flatten)]
+    opts: Opts,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Args, Debug)]
+struct Opts {
+    /// Address to listen on.
+    #[arg(long, env = "SPILLWAY_LISTEN", default_value = "127.0.0.1:7745", global = true)]
+    listen: SocketAddr,
+    /// Directory for the SQLite database, the blob directory and the first-start token.
+    #[arg(long, env = "SPILLWAY_DATA_DIR", default_value = "./spillway-data", global = true)]
+    data_dir: PathBuf,
+    /// `sqlite://…` or `postgres://…` (default: SQLite in the data directory).
+    #[arg(long, env = "SPILLWAY_DATABASE_URL", global = true)]
+    database_url: Option<String>,
+    /// `file:///path` or `s3://bucket/prefix` (default: the data directory's `blobs/`).
+    #[arg(long, env = "SPILLWAY_BLOB_STORE", global = true)]
+    blob_store: Option<String>,
+    /// Seconds between retention passes.
+    #[arg(long, env = "SPILLWAY_RETENTION_INTERVAL", default_value_t = 3600, global = true)]
+    retention_interval: u64,
+    /// Seconds unreferenced bytes are kept before they are deleted.
+    #[arg(long, env = "SPILLWAY_RETENTION_GRACE", default_value_t = 3600, global = true)]
+    retention_grace: u64,
+    /// Largest blob an upload may carry, in bytes.
+    #[arg(long, env = "SPILLWAY_MAX_BLOB_BYTES", default_value_t = 1 << 30, global = true)]
+    max_blob_bytes: u64,
+    /// TTL of a reference when an upload names none, in seconds.
+    #[arg(long, env = "SPILLWAY_DEFAULT_TTL", default_value_t = 7 * 24 * 3600, global = true)]
+    default_ttl: u64,
+    /// Longest TTL an upload may ask for, in seconds.
+    #[arg(long, env = "SPILLWAY_MAX_TTL", default_value_t = 90 * 24 * 3600, global = true)]
+    max_ttl: u64,
+    /// Default and maximum size of a stream, in bytes.
+    #[arg(long, env = "SPILLWAY_MAX_STREAM_BYTES", default_value_t = 50 << 20, global = true)]
+    max_stream_bytes: u64,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Manage tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Run one retention pass and print a JSON summary line.
+    Retention {
+        /// Report what would be deleted without deleting it.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum TokenCommand {
+    /// Create a token and print it on stdout.
+    Create {
+        /// The namespace it belongs to.
+        #[arg(long)]
+        namespace: String,
+        /// read, write or admin; repeat for several.
+        #[arg(long = "scope", required = true, value_parser = parse_scope)]
+        scopes: Vec<Scope>,
+    },
+}
+
+fn parse_scope(s: &str) -> Result<Scope, String> {
+    Scope::parse(s).ok_or_else(|| format!("unknown scope {s:?}: use read, write or admin"))
+}
+
+impl Opts {
+    fn config(&self) -> Config {
+        let mut c = Config::new(&self.data_dir);
+        c.database_url = self.database_url.clone();
+        c.blob_store = self.blob_store.clone();
+        c.retention_interval = Duration::from_secs(self.retention_interval.max(1));
+        c.retention_grace = Duration::from_secs(self.retention_grace);
+        c.max_blob_bytes = self.max_blob_bytes;
+        c.default_ttl = Duration::from_secs(self.default_ttl);
+        c.max_ttl = Duration::from_secs(self.max_ttl);
+        c.max_stream_bytes = self.max_stream_bytes;
+        c
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let state = spillway_server::build_state(cli.opts.config(), Arc::new(SystemClock)).await?;
+    match cli.command {
+        None => {
+            spillway_server::ensure_first_token(&state).await?;
+            let listener = tokio::net::TcpListener::bind(cli.opts.listen)
+                .await
+                .with_context(|| format!("cannot listen on {}", cli.opts.listen))?;
+            tracing::info!(addr = %listener.local_addr()?, "spillway-server listening");
+            spillway_server::serve(listener, state, shutdown_signal()).await?;
+        }
+        Some(Command::Token { command: TokenCommand::Create { namespace, scopes } }) => {
+            let token = create_token(&state.db, &namespace, &scopes, state.now()).await?;
+            println!("{token}");
+        }
+        Some(Command::Retention { dry_run }) => {
+            let summary = spillway_server::run_retention_once(&state, dry_run).await?;
+            println!("{}", serde_json::to_string(&summary)?);
+        }
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+}

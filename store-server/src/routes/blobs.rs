@@ -1,0 +1,240 @@
+//! `/v1/blobs`: upload, head, download with Range, pin, delete.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::TryStreamExt;
+use spillway_api::{AnyDigest, BlobRecord, PinRequest};
+
+use super::{parse_digest, RefOptions, Q};
+use crate::auth::{Caller, Scope};
+use crate::db::{AddRef, BlobRow, NewRef};
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::upload::{self, RefSpec};
+
+/// Resolves a digest in the caller's namespace, or `404` exactly as if it did not exist.
+pub(super) async fn visible(state: &AppState, ns: &str, d: &AnyDigest) -> ApiResult<BlobRow> {
+    let now = state.now();
+    let row = match d {
+        AnyDigest::Blake3(b) => state.db.visible_blob(ns, &b.hex(), now).await?,
+        AnyDigest::Sha256(s) => state.db.visible_blob_by_sha256(ns, &hex::encode(s.as_bytes()), now).await?,
+    };
+    row.ok_or_else(|| ApiError::NotFound(format!("blob {d}")))
+}
+
+pub(super) fn blob_digest(row: &BlobRow) -> ApiResult<spillway_api::Digest> {
+    format!("blake3:{}", row.digest).parse().map_err(ApiError::internal)
+}
+
+fn check_length(headers: &HeaderMap, state: &AppState) -> ApiResult<()> {
+    let max = state.config.max_blob_bytes;
+    let len = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    match len {
+        Some(n) if n > max => Err(ApiError::TooLarge(max)),
+        _ => Ok(()),
+    }
+}
+
+async fn upload_response(
+    state: &AppState,
+    caller: &Caller,
+    expected: Option<AnyDigest>,
+    pairs: Vec<(String, String)>,
+    headers: &HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    caller.require(Scope::Write)?;
+    let opts = RefOptions::parse(pairs, false)?;
+    let spec = RefSpec {
+        namespace: caller.namespace.clone(),
+        labels: opts.labels.clone(),
+        ttl_ms: Some(opts.ttl_ms(&state.config)?),
+    };
+    check_length(headers, state)?;
+    let stored = upload::store(state, expected, &spec, body.into_data_stream()).await?;
+    let status = if stored.record.deduplicated { StatusCode::OK } else { StatusCode::CREATED };
+    let location = format!("/v1/blobs/{}", stored.record.digest);
+    let mut resp = (status, Json(stored.record)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(resp)
+}
+
+/// `PUT /v1/blobs/{digest}`: stores the body if it hashes to `digest`.
+#[utoipa::path(put, path = "/v1/blobs/{digest}", params(("digest" = String, Path, description = "blake3:… or sha256:…")),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 201, body = BlobRecord), (status = 200, body = BlobRecord), (status = 400, body = spillway_api::ErrorBody)))]
+pub(super) async fn put_blob(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw): Path<String>,
+    Q(pairs): Q<Vec<(String, String)>>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let expected = parse_digest(&raw)?;
+    upload_response(&state, &caller, Some(expected), pairs, &headers, body).await
+}
+
+/// `POST /v1/blobs`: stores the body under whatever it hashes to.
+#[utoipa::path(post, path = "/v1/blobs", request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 201, body = BlobRecord), (status = 200, body = BlobRecord)))]
+pub(super) async fn post_blob(
+    State(state): State<AppState>,
+    caller: Caller,
+    Q(pairs): Q<Vec<(String, String)>>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    upload_response(&state, &caller, None, pairs, &headers, body).await
+}
+
+fn etag(row: &BlobRow) -> String {
+    format!("\"blake3:{}\"", row.digest)
+}
+
+fn base_headers(row: &BlobRow) -> [(header::HeaderName, String); 4] {
+    [
+        (header::ETAG, etag(row)),
+        (header::ACCEPT_RANGES, "bytes".into()),
+        (header::CONTENT_TYPE, "application/octet-stream".into()),
+        (header::HeaderName::from_static("x-spillway-sha256"), format!("sha256:{}", row.sha256)),
+    ]
+}
+
+/// `HEAD /v1/blobs/{digest}`.
+#[utoipa::path(head, path = "/v1/blobs/{digest}", params(("digest" = String, Path)), responses((status = 200), (status = 404)))]
+pub(super) async fn head_blob(State(state): State<AppState>, caller: Caller, Path(raw): Path<String>) -> ApiResult<Response> {
+    caller.require(Scope::Read)?;
+    let d = parse_digest(&raw)?;
+    let row = visible(&state, &caller.namespace, &d).await?;
+    let mut resp = (StatusCode::OK, base_headers(&row)).into_response();
+    resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(row.size));
+    Ok(resp)
+}
+
+fn if_none_match(headers: &HeaderMap, row: &BlobRow) -> bool {
+    let tag = etag(row);
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .any(|v| v == "*" || v == tag || v.strip_prefix("W/") == Some(tag.as_str()))
+}
+
+fn parse_range(headers: &HeaderMap, size: u64) -> ApiResult<Option<std::ops::Range<u64>>> {
+    let Some(raw) = headers.get(header::RANGE) else { return Ok(None) };
+    let raw = raw.to_str().map_err(|_| ApiError::InvalidArgument("Range header is not ASCII".into()))?;
+    let parsed = http_range_header::parse_range_header(raw)
+        .map_err(|e| ApiError::InvalidArgument(format!("malformed Range header {raw:?}: {e}")))?;
+    let unsatisfiable = || ApiError::RangeNotSatisfiable {
+        message: format!("range {raw:?} is outside the blob ({size} bytes)"),
+        size: Some(size),
+    };
+    let ranges = parsed.validate(size).map_err(|_| unsatisfiable())?;
+    match ranges.as_slice() {
+        [one] => Ok(Some(*one.start()..one.end() + 1)),
+        _ => Ok(None), // several ranges: answer with the whole blob, as RFC 9110 allows
+    }
+}
+
+/// `GET /v1/blobs/{digest}`: the whole blob, streamed; one `Range` honoured.
+#[utoipa::path(get, path = "/v1/blobs/{digest}", params(("digest" = String, Path)),
+    responses((status = 200), (status = 206), (status = 304), (status = 404, body = spillway_api::ErrorBody), (status = 416, body = spillway_api::ErrorBody)))]
+pub(super) async fn get_blob(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    caller.require(Scope::Read)?;
+    let d = parse_digest(&raw)?;
+    let row = visible(&state, &caller.namespace, &d).await?;
+    if if_none_match(&headers, &row) {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag(&row))]).into_response());
+    }
+    let range = parse_range(&headers, row.size)?;
+    let (status, span) = match &range {
+        Some(r) => (StatusCode::PARTIAL_CONTENT, r.clone()),
+        None => (StatusCode::OK, 0..row.size),
+    };
+    let digest = blob_digest(&row)?;
+    let stream = state.blobs.get_stream(&digest, span.clone()).await?;
+    let len = span.end - span.start;
+    metrics::counter!("spillway_bytes_out_total").increment(len);
+    let body = Body::from_stream(stream.map_err(|e| std::io::Error::other(e.to_string())));
+    let mut resp = (status, base_headers(&row), body).into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    if range.is_some() {
+        let cr = format!("bytes {}-{}/{}", span.start, span.end - 1, row.size);
+        h.insert(header::CONTENT_RANGE, HeaderValue::from_str(&cr).map_err(ApiError::internal)?);
+    }
+    Ok(resp)
+}
+
+/// `POST /v1/blobs/{digest}/pin`: a reference that never expires.
+#[utoipa::path(post, path = "/v1/blobs/{digest}/pin", params(("digest" = String, Path)), request_body = Option<PinRequest>,
+    responses((status = 200, body = BlobRecord), (status = 404, body = spillway_api::ErrorBody)))]
+pub(super) async fn pin_blob(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<BlobRecord>> {
+    caller.require(Scope::Admin)?;
+    let d = parse_digest(&raw)?;
+    let req: PinRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        PinRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidArgument(format!("invalid pin body: {e}")))?
+    };
+    let row = visible(&state, &caller.namespace, &d).await?;
+    let labels = Default::default();
+    let new_ref = NewRef {
+        namespace: &caller.namespace,
+        digest: &row.digest,
+        labels: &labels,
+        expires_at: None,
+        pin_reason: req.reason.as_deref(),
+    };
+    match state.db.add_ref_if_live(&new_ref, state.now()).await? {
+        AddRef::Added { .. } => Ok(Json(BlobRecord {
+            digest: blob_digest(&row)?,
+            sha256: format!("sha256:{}", row.sha256),
+            size: row.size,
+            lines: row.lines,
+            deduplicated: true,
+            expires_at: None,
+        })),
+        _ => Err(ApiError::NotFound(format!("blob {d}"))),
+    }
+}
+
+/// `DELETE /v1/blobs/{digest}/pin`: removes this namespace's pins.
+#[utoipa::path(delete, path = "/v1/blobs/{digest}/pin", params(("digest" = String, Path)), responses((status = 204), (status = 404, body = spillway_api::ErrorBody)))]
+pub(super) async fn unpin_blob(State(state): State<AppState>, caller: Caller, Path(raw): Path<String>) -> ApiResult<StatusCode> {
+    caller.require(Scope::Admin)?;
+    let d = parse_digest(&raw)?;
+    let row = visible(&state, &caller.namespace, &d).await?;
+    match state.db.unpin(&caller.namespace, &row.digest).await? {
+        0 => Err(ApiError::NotFound(format!("pin of {d}"))),
+        _ => Ok(StatusCode::NO_CONTENT),
+    }
+}
+
+/// `DELETE /v1/blobs/{digest}`: removes all of this namespace's references.
+#[utoipa::path(delete, path = "/v1/blobs/{digest}", params(("digest" = String, Path)), responses((status = 204), (status = 404, body = spillway_api::ErrorBody)))]
+pub(super) async fn delete_blob(State(state): State<AppState>, caller: Caller, Path(raw): Path<String>) -> ApiResult<StatusCode> {
+    caller.require(Scope::Admin)?;
+    let d = parse_digest(&raw)?;
+    let row = visible(&state, &caller.namespace, &d).await?;
+    state.db.delete_refs(&caller.namespace, &row.digest).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

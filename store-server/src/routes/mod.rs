@@ -1,0 +1,162 @@
+//! The HTTP surface: one file per resource. Handlers extract and check their inputs, call
+//! `db`, `blobs` or `upload`, and answer; they build neither SQL nor storage keys.
+
+mod blobs;
+mod ops;
+mod read;
+mod refs;
+mod streams;
+
+use std::time::Instant;
+
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Query, Request};
+use axum::http::request::Parts;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+use spillway_api::{AnyDigest, Labels, MAX_LABELS, MAX_LABEL_VALUE};
+use tower_http::trace::TraceLayer;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub use ops::{install_metrics, ApiDoc};
+
+/// The whole service: every `/v1` route plus the operations endpoints.
+pub fn router(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/v1/blobs", post(blobs::post_blob))
+        .route(
+            "/v1/blobs/{digest}",
+            get(blobs::get_blob).head(blobs::head_blob).put(blobs::put_blob).delete(blobs::delete_blob),
+        )
+        .route("/v1/blobs/{digest}/read", get(read::read_blob))
+        .route("/v1/blobs/{digest}/grep", get(read::grep_blob))
+        .route("/v1/blobs/{digest}/pin", post(blobs::pin_blob).delete(blobs::unpin_blob))
+        .route("/v1/refs", get(refs::list_refs))
+        .route("/v1/streams", post(streams::create_stream))
+        .route("/v1/streams/{id}", get(streams::get_stream))
+        .route("/v1/streams/{id}/append", post(streams::append_stream))
+        .route("/v1/streams/{id}/read", get(streams::read_stream))
+        .route("/v1/streams/{id}/seal", post(streams::seal_stream))
+        .fallback(not_found);
+    Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(ops::openapi))
+        .merge(v1)
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn(track))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("route".into())
+}
+
+/// Counts requests by route and status.
+async fn track(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = req.method().to_string();
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16().to_string();
+    metrics::counter!("spillway_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status)
+        .increment(1);
+    metrics::histogram!("spillway_http_request_duration_seconds", "method" => method, "route" => route)
+        .record(start.elapsed().as_secs_f64());
+    resp
+}
+
+/// `Query` whose failures are the contract's `400 invalid_argument`.
+#[derive(Debug)]
+pub struct Q<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Q<T> {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(v)| Q(v))
+            .map_err(|e| ApiError::InvalidArgument(e.body_text()))
+    }
+}
+
+/// Parses a digest from the URL: `400 invalid_digest` for anything not canonical.
+pub fn parse_digest(raw: &str) -> Result<AnyDigest, ApiError> {
+    Ok(raw.parse::<AnyDigest>()?)
+}
+
+/// `[a-z0-9_.-]{1,64}`, the same rule as label keys.
+pub fn valid_namespace(ns: &str) -> bool {
+    spillway_api::valid_label_key(ns)
+}
+
+/// Options of an upload or a new stream: `ttl`, `label.*` and, for streams, `max_bytes`.
+#[derive(Debug, Default)]
+pub struct RefOptions {
+    /// Seconds, if given.
+    pub ttl: Option<u64>,
+    /// Labels.
+    pub labels: Labels,
+    /// Stream cap, if given.
+    pub max_bytes: Option<u64>,
+}
+
+fn parse_u64(name: &str, v: &str) -> Result<u64, ApiError> {
+    v.parse().map_err(|_| ApiError::InvalidArgument(format!("{name} must be a non-negative integer, got {v:?}")))
+}
+
+impl RefOptions {
+    /// Parses the query pairs; unknown parameters are errors so typos do not go unnoticed.
+    pub fn parse(pairs: Vec<(String, String)>, allow_max_bytes: bool) -> Result<Self, ApiError> {
+        let mut out = Self::default();
+        for (k, v) in pairs {
+            if let Some(key) = k.strip_prefix("label.") {
+                if !spillway_api::valid_label_key(key) {
+                    return Err(ApiError::InvalidArgument(format!(
+                        "invalid label key {key:?}: use [a-z0-9_.-]{{1,64}}"
+                    )));
+                }
+                if v.len() > MAX_LABEL_VALUE {
+                    return Err(ApiError::InvalidArgument(format!(
+                        "label {key} is {} bytes; the most is {MAX_LABEL_VALUE}",
+                        v.len()
+                    )));
+                }
+                out.labels.insert(key.to_owned(), v);
+                if out.labels.len() > MAX_LABELS {
+                    return Err(ApiError::InvalidArgument(format!("at most {MAX_LABELS} labels")));
+                }
+            } else if k == "ttl" {
+                let ttl = parse_u64("ttl", &v)?;
+                if ttl == 0 {
+                    return Err(ApiError::InvalidArgument("ttl must be at least 1 second".into()));
+                }
+                out.ttl = Some(ttl);
+            } else if k == "max_bytes" && allow_max_bytes {
+                out.max_bytes = Some(parse_u64("max_bytes", &v)?);
+            } else {
+                return Err(ApiError::InvalidArgument(format!("unknown query parameter {k:?}")));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The TTL in milliseconds after checking it against the server's maximum.
+    pub fn ttl_ms(&self, config: &crate::config::Config) -> Result<i64, ApiError> {
+        let max = config.max_ttl.as_secs();
+        let ttl = self.ttl.unwrap_or(config.default_ttl.as_secs());
+        if ttl > max {
+            return Err(ApiError::InvalidArgument(format!("ttl {ttl} is over the server's maximum of {max} seconds")));
+        }
+        Ok((ttl as i64).saturating_mul(1000))
+    }
+}

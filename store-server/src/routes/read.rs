@@ -1,0 +1,183 @@
+//! `/v1/blobs/{digest}/read` and `/grep`: the capped read path over a stored blob, and the
+//! query parameters shared with stream reads.
+
+use async_trait::async_trait;
+use axum::extract::{Path, State};
+use axum::Json;
+use bytes::Bytes;
+use regex::bytes::{Regex, RegexBuilder};
+use serde::Deserialize;
+use spillway_api::{Digest, GrepResponse, ReadPage, DEFAULT_PAGE_LINES, READ_CAP};
+
+use super::blobs::{blob_digest, visible};
+use super::{parse_digest, Q};
+use crate::auth::{Caller, Scope};
+use crate::blobs::BlobStore;
+use crate::error::{ApiError, ApiResult};
+use crate::lines::{Checkpoint, LineIndex};
+use crate::page::{self, GrepRequest, Source};
+use crate::state::AppState;
+
+/// Longest pattern grep accepts, in bytes.
+const MAX_PATTERN: usize = 4096;
+/// Compiled-size limit of a pattern: a pattern past it is a 400, never a stall.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Query of the capped read API.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReadQuery {
+    /// Byte page start.
+    offset: Option<u64>,
+    /// Byte page length (capped at 100,000).
+    limit: Option<u64>,
+    /// Line page start, 1-based.
+    line: Option<u64>,
+    /// Lines in a line page (default 2000).
+    lines: Option<u64>,
+    /// Streams only: long-poll this many milliseconds (≤ 30000) for data.
+    wait_ms: Option<u64>,
+}
+
+impl ReadQuery {
+    /// The byte position a long-poll waits to be passed.
+    pub(super) fn wants_after(&self) -> Option<u64> {
+        self.line.is_none().then(|| self.offset.unwrap_or(0))
+    }
+
+    pub(super) fn wait_ms(&self) -> Option<u64> {
+        self.wait_ms
+    }
+}
+
+/// Runs a read over any source.
+pub(super) async fn page_of(src: &dyn Source, q: &ReadQuery) -> ApiResult<ReadPage> {
+    let page = match (q.offset.or(q.limit.map(|_| 0)), q.line.or(q.lines.map(|_| 1))) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::InvalidArgument("use offset/limit or line/lines, not both".into()))
+        }
+        (_, Some(line)) => page::line_page(src, line, q.lines.unwrap_or(DEFAULT_PAGE_LINES)).await?,
+        (offset, None) => page::byte_page(src, offset.unwrap_or(0), q.limit.unwrap_or(READ_CAP as u64)).await?,
+    };
+    if page.capped {
+        metrics::counter!("spillway_read_capped_total").increment(1);
+    }
+    metrics::counter!("spillway_bytes_out_total").increment(page.length);
+    Ok(page)
+}
+
+/// A stored blob as a read source.
+pub(super) struct BlobSource {
+    pub(super) blobs: BlobStore,
+    pub(super) digest: Digest,
+    pub(super) size: u64,
+    pub(super) lines: u64,
+    pub(super) index: LineIndex,
+}
+
+impl BlobSource {
+    pub(super) fn new(state: &AppState, row: &crate::db::BlobRow) -> ApiResult<Self> {
+        Ok(Self {
+            blobs: state.blobs.clone(),
+            digest: blob_digest(row)?,
+            size: row.size,
+            lines: row.lines,
+            index: LineIndex::decode(&row.line_index),
+        })
+    }
+}
+
+#[async_trait]
+impl Source for BlobSource {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn total_lines(&self) -> u64 {
+        self.lines
+    }
+    fn digest(&self) -> Option<String> {
+        Some(self.digest.to_string())
+    }
+    async fn checkpoint_for_offset(&self, offset: u64) -> ApiResult<Checkpoint> {
+        Ok(self.index.for_offset(offset))
+    }
+    async fn checkpoint_for_line(&self, line: u64) -> ApiResult<Checkpoint> {
+        Ok(self.index.for_line(line))
+    }
+    async fn read(&self, start: u64, end: u64) -> ApiResult<Bytes> {
+        Ok(self.blobs.get_range(&self.digest, start..end).await?)
+    }
+}
+
+/// `GET /v1/blobs/{digest}/read`: a byte or line page, never over 100,000 bytes of content.
+#[utoipa::path(get, path = "/v1/blobs/{digest}/read", params(("digest" = String, Path), ReadQuery),
+    responses((status = 200, body = ReadPage), (status = 416, body = spillway_api::ErrorBody)))]
+pub(super) async fn read_blob(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw): Path<String>,
+    Q(q): Q<ReadQuery>,
+) -> ApiResult<Json<ReadPage>> {
+    caller.require(Scope::Read)?;
+    let d = parse_digest(&raw)?;
+    if q.wait_ms.is_some() {
+        return Err(ApiError::InvalidArgument("wait_ms applies to streams only".into()));
+    }
+    let row = visible(&state, &caller.namespace, &d).await?;
+    let src = BlobSource::new(&state, &row)?;
+    Ok(Json(page_of(&src, &q).await?))
+}
+
+/// Query of grep.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub(super) struct GrepQuery {
+    /// Rust `regex` syntax.
+    pattern: String,
+    /// Case-insensitive.
+    #[serde(default)]
+    ignore_case: bool,
+    /// Treat the pattern as a literal.
+    #[serde(default)]
+    fixed: bool,
+    /// 1-based line to start at.
+    from_line: Option<u64>,
+    /// Most matches to return.
+    max_matches: Option<usize>,
+}
+
+fn compile(q: &GrepQuery) -> ApiResult<Regex> {
+    if q.pattern.is_empty() || q.pattern.len() > MAX_PATTERN {
+        return Err(ApiError::InvalidArgument(format!("pattern must be 1 to {MAX_PATTERN} bytes")));
+    }
+    let pattern = if q.fixed { regex::escape(&q.pattern) } else { q.pattern.clone() };
+    RegexBuilder::new(&pattern)
+        .case_insensitive(q.ignore_case)
+        .multi_line(true)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| ApiError::InvalidArgument(format!("invalid pattern: {e}")))
+}
+
+/// `GET /v1/blobs/{digest}/grep`: matching lines, capped and resumable.
+#[utoipa::path(get, path = "/v1/blobs/{digest}/grep", params(("digest" = String, Path), GrepQuery),
+    responses((status = 200, body = GrepResponse), (status = 400, body = spillway_api::ErrorBody)))]
+pub(super) async fn grep_blob(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw): Path<String>,
+    Q(q): Q<GrepQuery>,
+) -> ApiResult<Json<GrepResponse>> {
+    caller.require(Scope::Read)?;
+    let d = parse_digest(&raw)?;
+    let regex = compile(&q)?;
+    let max_matches = q.max_matches.unwrap_or(usize::MAX);
+    if max_matches == 0 {
+        return Err(ApiError::InvalidArgument("max_matches must be at least 1".into()));
+    }
+    let row = visible(&state, &caller.namespace, &d).await?;
+    let src = BlobSource::new(&state, &row)?;
+    let req = GrepRequest { regex: &regex, from_line: q.from_line.unwrap_or(1), max_matches };
+    Ok(Json(page::grep(&src, req).await?))
+}

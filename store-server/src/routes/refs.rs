@@ -1,0 +1,66 @@
+//! `GET /v1/refs`: this namespace's references, newest first, filtered by labels.
+
+use axum::extract::State;
+use axum::Json;
+use spillway_api::{Labels, RefEntry, RefList};
+
+use super::Q;
+use crate::auth::{Caller, Scope};
+use crate::clock::rfc3339;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+const DEFAULT_LIMIT: u32 = 100;
+const MAX_LIMIT: u32 = 1000;
+
+/// `GET /v1/refs?label.<k>=<v>&limit=&cursor=`.
+#[utoipa::path(get, path = "/v1/refs", responses((status = 200, body = RefList)))]
+pub(super) async fn list_refs(
+    State(state): State<AppState>,
+    caller: Caller,
+    Q(pairs): Q<Vec<(String, String)>>,
+) -> ApiResult<Json<RefList>> {
+    caller.require(Scope::Read)?;
+    let mut filter = Labels::new();
+    let mut limit = DEFAULT_LIMIT;
+    let mut cursor = None;
+    for (k, v) in pairs {
+        if let Some(key) = k.strip_prefix("label.") {
+            if !spillway_api::valid_label_key(key) {
+                return Err(ApiError::InvalidArgument(format!("invalid label key {key:?}")));
+            }
+            filter.insert(key.to_owned(), v);
+        } else if k == "limit" {
+            limit = v
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_LIMIT).contains(n))
+                .ok_or_else(|| ApiError::InvalidArgument(format!("limit must be 1 to {MAX_LIMIT}")))?;
+        } else if k == "cursor" {
+            cursor = Some(
+                v.parse::<i64>()
+                    .ok()
+                    .filter(|c| *c > 0)
+                    .ok_or_else(|| ApiError::InvalidArgument(format!("invalid cursor {v:?}")))?,
+            );
+        } else {
+            return Err(ApiError::InvalidArgument(format!("unknown query parameter {k:?}")));
+        }
+    }
+    let rows = state.db.list_refs(&caller.namespace, &filter, cursor, limit + 1, state.now()).await?;
+    let more = rows.len() > limit as usize;
+    let refs: Vec<RefEntry> = rows
+        .iter()
+        .take(limit as usize)
+        .map(|r| RefEntry {
+            digest: format!("blake3:{}", r.digest),
+            size: r.size,
+            labels: r.labels.clone(),
+            created_at: rfc3339(r.created_at),
+            expires_at: r.expires_at.map(rfc3339),
+            pinned: r.pinned,
+        })
+        .collect();
+    let next_cursor = if more { rows.get(limit as usize - 1).map(|r| r.id.to_string()) } else { None };
+    Ok(Json(RefList { refs, next_cursor }))
+}

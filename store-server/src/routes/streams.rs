@@ -1,0 +1,256 @@
+//! `/v1/streams`: background task output. Appends are offset-checked in the database, reads
+//! page through what is there so far (long-polling with `wait_ms`), and seal makes a blob.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use serde::Deserialize;
+use spillway_api::{AppendResponse, BlobRecord, Labels, ReadPage, StreamCreated, StreamInfo, StreamState, MAX_WAIT_MS};
+
+use super::read::{page_of, BlobSource, ReadQuery};
+use super::{RefOptions, Q};
+use crate::auth::{Caller, Scope};
+use crate::db::{AppendOutcome, Db, StreamRow};
+use crate::error::{ApiError, ApiResult};
+use crate::lines::Checkpoint;
+use crate::page::Source;
+use crate::state::AppState;
+use crate::upload::{self, RefSpec};
+
+/// Largest body one append may carry.
+const MAX_APPEND: usize = 16 << 20;
+/// How often a long-poll looks at the database for appends made through other replicas.
+const POLL_EVERY: Duration = Duration::from_millis(100);
+/// Chunk size when a seal reads the stream back.
+const SEAL_READ: u64 = 4 << 20;
+
+fn check_id(id: &str) -> ApiResult<()> {
+    if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+        Ok(())
+    } else {
+        Err(ApiError::InvalidArgument(format!("invalid stream id {:?}", id.chars().take(80).collect::<String>())))
+    }
+}
+
+async fn find(state: &AppState, caller: &Caller, id: &str) -> ApiResult<StreamRow> {
+    check_id(id)?;
+    state
+        .db
+        .get_stream(&caller.namespace, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("stream {id}")))
+}
+
+fn info(row: &StreamRow) -> StreamInfo {
+    StreamInfo {
+        id: row.id.clone(),
+        size: row.size,
+        state: row.state,
+        digest: row.digest.as_ref().map(|d| format!("blake3:{d}")),
+        max_bytes: row.max_bytes,
+    }
+}
+
+/// `POST /v1/streams`.
+#[utoipa::path(post, path = "/v1/streams", responses((status = 201, body = StreamCreated)))]
+pub(super) async fn create_stream(
+    State(state): State<AppState>,
+    caller: Caller,
+    Q(pairs): Q<Vec<(String, String)>>,
+) -> ApiResult<Response> {
+    caller.require(Scope::Write)?;
+    let opts = RefOptions::parse(pairs, true)?;
+    let ttl_ms = opts.ttl_ms(&state.config)?;
+    let cap = state.config.max_stream_bytes;
+    let max_bytes = opts.max_bytes.unwrap_or(cap);
+    if max_bytes == 0 || max_bytes > cap {
+        return Err(ApiError::InvalidArgument(format!("max_bytes must be 1 to {cap}")));
+    }
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let labels = serde_json::to_string(&opts.labels).map_err(ApiError::internal)?;
+    state.db.create_stream(&id, &caller.namespace, &labels, ttl_ms, max_bytes, state.now()).await?;
+    Ok((StatusCode::CREATED, Json(StreamCreated { id, max_bytes })).into_response())
+}
+
+/// `GET /v1/streams/{id}`.
+#[utoipa::path(get, path = "/v1/streams/{id}", params(("id" = String, Path)), responses((status = 200, body = StreamInfo)))]
+pub(super) async fn get_stream(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> ApiResult<Json<StreamInfo>> {
+    caller.require(Scope::Read)?;
+    Ok(Json(info(&find(&state, &caller, &id).await?)))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AppendQuery {
+    /// Must equal the stream's current size.
+    offset: u64,
+}
+
+/// `POST /v1/streams/{id}/append?offset=N`.
+#[utoipa::path(post, path = "/v1/streams/{id}/append", params(("id" = String, Path), AppendQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 200, body = AppendResponse), (status = 409, body = spillway_api::ErrorBody), (status = 413, body = spillway_api::ErrorBody)))]
+pub(super) async fn append_stream(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Q(q): Q<AppendQuery>,
+    body: axum::body::Body,
+) -> ApiResult<Json<AppendResponse>> {
+    caller.require(Scope::Write)?;
+    check_id(&id)?;
+    let data = axum::body::to_bytes(body, MAX_APPEND)
+        .await
+        .map_err(|_| ApiError::TooLarge(MAX_APPEND as u64))?;
+    match state.db.append_stream(&caller.namespace, &id, q.offset, &data).await? {
+        AppendOutcome::Stored { size, state: st, dropped } => {
+            state.stream_waiters.wake(&id);
+            metrics::counter!("spillway_bytes_in_total").increment(data.len() as u64 - dropped);
+            if dropped > 0 {
+                let row = find(&state, &caller, &id).await?;
+                return Err(ApiError::StreamLimitExceeded(row.max_bytes));
+            }
+            Ok(Json(AppendResponse { size, state: st }))
+        }
+        AppendOutcome::NotFound => Err(ApiError::NotFound(format!("stream {id}"))),
+        AppendOutcome::OffsetMismatch(size) => Err(ApiError::OffsetMismatch { given: q.offset, size }),
+        AppendOutcome::Closed(st) => Err(ApiError::StreamClosed(st.as_str())),
+    }
+}
+
+/// What a stream holds so far, as a read source.
+struct StreamSource {
+    db: Db,
+    row: StreamRow,
+}
+
+#[async_trait]
+impl Source for StreamSource {
+    fn size(&self) -> u64 {
+        self.row.size
+    }
+    fn total_lines(&self) -> u64 {
+        self.row.lines()
+    }
+    fn digest(&self) -> Option<String> {
+        None
+    }
+    async fn checkpoint_for_offset(&self, offset: u64) -> ApiResult<Checkpoint> {
+        Ok(self.db.stream_checkpoint_for_offset(&self.row.id, offset).await?)
+    }
+    async fn checkpoint_for_line(&self, line: u64) -> ApiResult<Checkpoint> {
+        Ok(self.db.stream_checkpoint_for_line(&self.row.id, line).await?)
+    }
+    async fn read(&self, start: u64, end: u64) -> ApiResult<Bytes> {
+        Ok(self.db.read_stream(&self.row.id, start, end).await?)
+    }
+}
+
+fn has_data_for(row: &StreamRow, q: &ReadQuery) -> bool {
+    match q.wants_after() {
+        Some(offset) => offset < row.size,
+        None => true,
+    }
+}
+
+/// `GET /v1/streams/{id}/read`: the capped read API over what is written so far.
+#[utoipa::path(get, path = "/v1/streams/{id}/read", params(("id" = String, Path), ReadQuery),
+    responses((status = 200, body = ReadPage)))]
+pub(super) async fn read_stream(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Q(q): Q<ReadQuery>,
+) -> ApiResult<Json<ReadPage>> {
+    caller.require(Scope::Read)?;
+    let wait = q.wait_ms().unwrap_or(0);
+    if wait > MAX_WAIT_MS {
+        return Err(ApiError::InvalidArgument(format!("wait_ms must be at most {MAX_WAIT_MS}")));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait);
+    let mut row = find(&state, &caller, &id).await?;
+    while row.state == StreamState::Open && !has_data_for(&row, &q) && tokio::time::Instant::now() < deadline {
+        let notify = state.stream_waiters.get(&id);
+        let woken = notify.notified();
+        row = find(&state, &caller, &id).await?;
+        if row.state != StreamState::Open || has_data_for(&row, &q) {
+            break;
+        }
+        let nap = POLL_EVERY.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        let _ = tokio::time::timeout(nap, woken).await;
+        row = find(&state, &caller, &id).await?;
+    }
+    if let Some(digest) = &row.digest {
+        // Sealed: the chunks became a blob.
+        let blob = state
+            .db
+            .visible_blob(&caller.namespace, digest, state.now())
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("stream {id}")))?;
+        let src = BlobSource::new(&state, &blob)?;
+        let mut page = page_of(&src, &q).await?;
+        page.digest = Some(format!("blake3:{digest}"));
+        return Ok(Json(page));
+    }
+    let src = StreamSource { db: state.db.clone(), row };
+    Ok(Json(page_of(&src, &q).await?))
+}
+
+/// `POST /v1/streams/{id}/seal`: the stream's content becomes a blob in the namespace.
+#[utoipa::path(post, path = "/v1/streams/{id}/seal", params(("id" = String, Path)), responses((status = 201, body = BlobRecord), (status = 200, body = BlobRecord)))]
+pub(super) async fn seal_stream(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> ApiResult<Response> {
+    caller.require(Scope::Write)?;
+    find(&state, &caller, &id).await?;
+    let row = state
+        .db
+        .close_stream(&caller.namespace, &id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("stream {id}")))?;
+    state.stream_waiters.wake(&id);
+    if let Some(digest) = &row.digest {
+        let blob = state
+            .db
+            .visible_blob(&caller.namespace, digest, state.now())
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("sealed blob of stream {id}")))?;
+        let record = BlobRecord {
+            digest: format!("blake3:{digest}").parse().map_err(ApiError::internal)?,
+            sha256: format!("sha256:{}", blob.sha256),
+            size: blob.size,
+            lines: blob.lines,
+            deduplicated: true,
+            expires_at: None,
+        };
+        return Ok((StatusCode::OK, Json(record)).into_response());
+    }
+    let labels: Labels = serde_json::from_str(&row.labels).unwrap_or_default();
+    let spec = RefSpec { namespace: caller.namespace.clone(), labels, ttl_ms: Some(row.ttl_ms) };
+    let db = state.db.clone();
+    let (sid, size) = (row.id.clone(), row.size);
+    let body = futures::stream::try_unfold(0u64, move |pos| {
+        let (db, sid) = (db.clone(), sid.clone());
+        async move {
+            if pos >= size {
+                return Ok(None);
+            }
+            let end = size.min(pos + SEAL_READ);
+            let data = db.read_stream(&sid, pos, end).await?;
+            if data.is_empty() {
+                return Err(sqlx::Error::RowNotFound);
+            }
+            Ok::<_, sqlx::Error>(Some((data.clone(), pos + data.len() as u64)))
+        }
+    });
+    let stored = upload::store(&state, None, &spec, body).await?;
+    if stored.record.size != row.size {
+        return Err(ApiError::Unavailable("the stream changed while it was sealed; retry".into()));
+    }
+    state.db.finish_seal(&id, &stored.record.digest.hex()).await?;
+    let status = if stored.record.deduplicated { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(stored.record)).into_response())
+}

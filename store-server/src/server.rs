@@ -1,0 +1,63 @@
+//! Start-up and serving: build the state from a `Config`, create the first token, and serve
+//! on a listener the caller bound (tests bind `127.0.0.1:0`) until a shutdown signal.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::serve::ListenerExt;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{create_token, Scope};
+use crate::blobs::BlobStore;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::db::Db;
+use crate::retention::run_retention;
+use crate::routes::router;
+use crate::state::AppState;
+
+/// Connects to the database (applying migrations) and opens the blob store.
+pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<AppState> {
+    tokio::fs::create_dir_all(&config.data_dir).await?;
+    let db = Db::connect(&config.database_url()).await?;
+    let blobs = BlobStore::open(&config.blob_store_url()).await?;
+    crate::routes::install_metrics();
+    Ok(AppState { db, blobs, config: Arc::new(config), clock, stream_waiters: Default::default() })
+}
+
+/// On a first start (no tokens at all) creates an all-scopes token for namespace `default`
+/// and writes it to `<data_dir>/token` with mode 0600. Returns the file when it did.
+pub async fn ensure_first_token(state: &AppState) -> anyhow::Result<Option<PathBuf>> {
+    if state.db.count_tokens().await? > 0 {
+        return Ok(None);
+    }
+    let token = create_token(&state.db, "default", &[Scope::Read, Scope::Write, Scope::Admin], state.now()).await?;
+    let path = state.config.data_dir.join("token");
+    write_private(&path, format!("{token}\n").as_bytes())?;
+    tracing::info!(path = %path.display(), namespace = "default", "first start: created a token with all scopes");
+    Ok(Some(path))
+}
+
+fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    f.write_all(data)?;
+    f.sync_all()
+}
+
+/// Serves until `shutdown` completes, running retention on its interval meanwhile.
+pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    let cancel = CancellationToken::new();
+    let retention = tokio::spawn(run_retention(state.clone(), state.config.retention_interval, cancel.clone()));
+    let listener = listener.tap_io(|tcp| {
+        // Without it every small reply waits on Nagle and delayed ACK (~40 ms).
+        let _ = tcp.set_nodelay(true);
+    });
+    let result = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
+    cancel.cancel();
+    let _ = retention.await;
+    result
+}

@@ -1,0 +1,141 @@
+//! The write path shared by uploads and stream seals: stage and verify the bytes, then either
+//! reference the stored copy (dedup) or publish the staged one, never leaving a reference to
+//! bytes that retention is deleting.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::Stream;
+use spillway_api::{AnyDigest, BlobRecord, Labels};
+use tracing::instrument;
+
+use crate::blobs::{BlobError, Staged};
+use crate::clock::rfc3339;
+use crate::db::{AddRef, BlobRow, NewRef};
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+/// How long an upload waits for retention to finish deleting the same content.
+const DELETING_WAIT: Duration = Duration::from_secs(15);
+
+/// The reference an upload makes.
+#[derive(Debug, Clone)]
+pub struct RefSpec {
+    /// Namespace.
+    pub namespace: String,
+    /// Labels.
+    pub labels: Labels,
+    /// `None` pins.
+    pub ttl_ms: Option<i64>,
+}
+
+/// A stored upload: the record and whether the namespace held the blob before.
+#[derive(Debug)]
+pub struct Stored {
+    /// Answer body.
+    pub record: BlobRecord,
+}
+
+impl From<BlobError> for ApiError {
+    fn from(e: BlobError) -> Self {
+        match e {
+            BlobError::TooLarge(max) => ApiError::TooLarge(max),
+            BlobError::Body(m) => ApiError::InvalidArgument(m),
+            BlobError::Full(m) => {
+                tracing::error!(cause = %m, "blob storage full");
+                ApiError::InsufficientStorage
+            }
+            BlobError::NotFound => ApiError::internal("blob bytes missing from storage"),
+            BlobError::Storage(m) => {
+                tracing::error!(cause = %m, "blob storage failed");
+                ApiError::Unavailable("blob storage is unavailable; retry".into())
+            }
+        }
+    }
+}
+
+/// Receives, verifies and stores a body, then references it in the caller's namespace.
+#[instrument(skip_all, fields(namespace = %spec.namespace))]
+pub async fn store<S, E>(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, body: S) -> ApiResult<Stored>
+where
+    S: Stream<Item = Result<Bytes, E>> + Send,
+    E: std::fmt::Display,
+{
+    let staged = state.blobs.stage(body, state.config.max_blob_bytes).await?;
+    let result = commit(state, expected, spec, &staged).await;
+    state.blobs.discard(staged).await;
+    if let Ok(s) = &result {
+        metrics::counter!("spillway_bytes_in_total").increment(s.record.size);
+        if s.record.deduplicated {
+            metrics::counter!("spillway_dedup_hits_total").increment(1);
+        }
+    }
+    result
+}
+
+fn check(expected: Option<AnyDigest>, staged: &Staged) -> ApiResult<()> {
+    let sha = spillway_api::Sha256Digest::from_bytes(staged.sha256);
+    let ok = match expected {
+        None => true,
+        Some(AnyDigest::Blake3(d)) => d == staged.digest,
+        Some(AnyDigest::Sha256(s)) => s == sha,
+    };
+    if ok {
+        return Ok(());
+    }
+    let (expected, actual) = match expected {
+        Some(AnyDigest::Sha256(s)) => (s.to_string(), sha.to_string()),
+        Some(e) => (e.to_string(), staged.digest.to_string()),
+        None => unreachable!("no expectation always matches"),
+    };
+    Err(ApiError::DigestMismatch { expected, actual })
+}
+
+async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, staged: &Staged) -> ApiResult<Stored> {
+    check(expected, staged)?;
+    let hex = staged.digest.hex();
+    let now = state.now();
+    let expires_at = spec.ttl_ms.map(|t| now.saturating_add(t));
+    let new_ref = NewRef {
+        namespace: &spec.namespace,
+        digest: &hex,
+        labels: &spec.labels,
+        expires_at,
+        pin_reason: None,
+    };
+    let give_up = tokio::time::Instant::now() + DELETING_WAIT;
+    let deduplicated = loop {
+        match state.db.add_ref_if_live(&new_ref, now).await? {
+            AddRef::Added { deduplicated } => break deduplicated,
+            AddRef::Absent => {
+                state.blobs.publish(staged).await?;
+                let row = BlobRow {
+                    digest: hex.clone(),
+                    sha256: hex::encode(staged.sha256),
+                    size: staged.size,
+                    lines: staged.lines,
+                    line_index: staged.index.encode(),
+                };
+                if let Some(dedup) = state.db.insert_blob_with_ref(&row, &new_ref, now).await? {
+                    break dedup;
+                }
+            }
+            AddRef::Deleting => {
+                if tokio::time::Instant::now() > give_up {
+                    return Err(ApiError::Unavailable("the same content is being deleted; retry".into()));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    Ok(Stored {
+        record: BlobRecord {
+            digest: staged.digest,
+            sha256: format!("sha256:{}", hex::encode(staged.sha256)),
+            size: staged.size,
+            lines: staged.lines,
+            deduplicated,
+            expires_at: expires_at.map(rfc3339),
+        },
+    })
+}

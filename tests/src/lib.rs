@@ -1,0 +1,1 @@
+//! Integration tests live in tests/; see tests/it/main.rs.
