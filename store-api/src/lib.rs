@@ -5,6 +5,8 @@
 #![warn(missing_docs)]
 
 mod digest;
+#[cfg(feature = "paging")]
+pub mod paging;
 mod error;
 mod receipt;
 mod types;

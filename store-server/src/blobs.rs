@@ -20,7 +20,7 @@ use spillway_api::Digest;
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use url::Url;
 
-use crate::lines::{LineIndex, LineIndexBuilder};
+use spillway_api::paging::lines::{LineIndex, LineIndexBuilder};
 
 /// Above this many bytes SHA-256 moves to its own thread, off the receiving task.
 const SHA_INLINE_LIMIT: u64 = 1 << 20;

@@ -4,6 +4,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use spillway_api::paging::{PageError, PageResult};
 use spillway_api::{DigestError, ErrorBody, ErrorCode};
 
 /// What can go wrong while answering a request.
@@ -129,3 +130,21 @@ impl IntoResponse for ApiError {
 
 /// Handlers' result type.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+impl From<PageError> for ApiError {
+    fn from(e: PageError) -> Self {
+        match e {
+            PageError::InvalidArgument(m) => Self::InvalidArgument(m),
+            PageError::RangeNotSatisfiable { message, size } => Self::RangeNotSatisfiable { message, size: Some(size) },
+            PageError::Source(inner) => match inner.downcast::<ApiError>() {
+                Ok(api) => *api,
+                Err(other) => Self::internal(other),
+            },
+        }
+    }
+}
+
+/// Wraps a source failure for the paging code, which hands it back unchanged.
+pub fn src_err<T, E: Into<ApiError>>(r: Result<T, E>) -> PageResult<T> {
+    r.map_err(|e| PageError::Source(Box::new(e.into())))
+}

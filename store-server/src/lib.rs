@@ -9,8 +9,6 @@ pub mod clock;
 pub mod config;
 pub mod db;
 pub mod error;
-pub mod lines;
-pub mod page;
 pub mod retention;
 pub mod routes;
 pub mod server;

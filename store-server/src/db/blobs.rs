@@ -21,7 +21,7 @@ pub struct BlobRow {
     pub size: u64,
     /// Lines.
     pub lines: u64,
-    /// Encoded [`crate::lines::LineIndex`].
+    /// Encoded [`spillway_api::paging::lines::LineIndex`].
     pub line_index: Vec<u8>,
 }
 

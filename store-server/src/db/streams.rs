@@ -8,7 +8,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::{to_i64, Db};
-use crate::lines::Checkpoint;
+use spillway_api::paging::lines::Checkpoint;
 
 /// A stream as stored.
 #[derive(Debug, Clone)]

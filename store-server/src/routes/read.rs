@@ -13,9 +13,9 @@ use super::blobs::{blob_digest, visible};
 use super::{parse_digest, Q};
 use crate::auth::{Caller, Scope};
 use crate::blobs::BlobStore;
-use crate::error::{ApiError, ApiResult};
-use crate::lines::{Checkpoint, LineIndex};
-use crate::page::{self, GrepRequest, Source};
+use crate::error::{src_err, ApiError, ApiResult};
+use spillway_api::paging::lines::{Checkpoint, LineIndex};
+use spillway_api::paging::{self as page, GrepRequest, PageResult, Source};
 use crate::state::AppState;
 
 /// Longest pattern grep accepts, in bytes.
@@ -98,14 +98,14 @@ impl Source for BlobSource {
     fn digest(&self) -> Option<String> {
         Some(self.digest.to_string())
     }
-    async fn checkpoint_for_offset(&self, offset: u64) -> ApiResult<Checkpoint> {
+    async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint> {
         Ok(self.index.for_offset(offset))
     }
-    async fn checkpoint_for_line(&self, line: u64) -> ApiResult<Checkpoint> {
+    async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint> {
         Ok(self.index.for_line(line))
     }
-    async fn read(&self, start: u64, end: u64) -> ApiResult<Bytes> {
-        Ok(self.blobs.get_range(&self.digest, start..end).await?)
+    async fn read(&self, start: u64, end: u64) -> PageResult<Bytes> {
+        src_err(self.blobs.get_range(&self.digest, start..end).await)
     }
 }
 

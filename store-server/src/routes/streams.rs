@@ -16,9 +16,9 @@ use super::read::{page_of, BlobSource, ReadQuery};
 use super::{RefOptions, Q};
 use crate::auth::{Caller, Scope};
 use crate::db::{AppendOutcome, Db, StreamRow};
-use crate::error::{ApiError, ApiResult};
-use crate::lines::Checkpoint;
-use crate::page::Source;
+use crate::error::{src_err, ApiError, ApiResult};
+use spillway_api::paging::lines::Checkpoint;
+use spillway_api::paging::{PageResult, Source};
 use crate::state::AppState;
 use crate::upload::{self, RefSpec};
 
@@ -140,14 +140,14 @@ impl Source for StreamSource {
     fn digest(&self) -> Option<String> {
         None
     }
-    async fn checkpoint_for_offset(&self, offset: u64) -> ApiResult<Checkpoint> {
-        Ok(self.db.stream_checkpoint_for_offset(&self.row.id, offset).await?)
+    async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint> {
+        src_err(self.db.stream_checkpoint_for_offset(&self.row.id, offset).await)
     }
-    async fn checkpoint_for_line(&self, line: u64) -> ApiResult<Checkpoint> {
-        Ok(self.db.stream_checkpoint_for_line(&self.row.id, line).await?)
+    async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint> {
+        src_err(self.db.stream_checkpoint_for_line(&self.row.id, line).await)
     }
-    async fn read(&self, start: u64, end: u64) -> ApiResult<Bytes> {
-        Ok(self.db.read_stream(&self.row.id, start, end).await?)
+    async fn read(&self, start: u64, end: u64) -> PageResult<Bytes> {
+        src_err(self.db.read_stream(&self.row.id, start, end).await)
     }
 }
 

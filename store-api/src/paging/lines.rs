@@ -121,7 +121,7 @@ mod tests {
         fn checkpoints_are_exact(data in proptest::collection::vec(prop_oneof![Just(b'\n'), any::<u8>()], 0..200_000), cut in 1usize..70_000) {
             let mut b = LineIndexBuilder::default();
             for chunk in data.chunks(cut) { b.update(chunk); }
-            prop_assert_eq!(b.lines(), spillway_api::count_lines(&data));
+            prop_assert_eq!(b.lines(), crate::count_lines(&data));
             let idx = LineIndex::decode(&b.finish().encode());
             for p in &idx.points {
                 let n = data[..p.offset as usize].iter().filter(|&&c| c == b'\n').count() as u64;

@@ -1,13 +1,37 @@
-//! The capped read API and grep, over any source of bytes with a line index (a blob or a
-//! stream so far). Pure cutting rules live here; sources only hand out byte ranges.
+//! The capped read API and grep, over any source of bytes with a line index (a stored blob,
+//! a stream so far, a local spill file). The cutting rules live here, shared by the server
+//! and the client's `--local` mode; sources only hand out byte ranges.
+
+pub mod lines;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use regex::bytes::Regex;
-use spillway_api::{GrepMatch, GrepResponse, ReadPage, READ_CAP};
 
-use crate::error::{ApiError, ApiResult};
-use crate::lines::Checkpoint;
+use crate::{GrepMatch, GrepResponse, ReadPage, READ_CAP};
+use lines::Checkpoint;
+
+/// Why a page could not be cut.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    /// A malformed request (`line=0`, say).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// Offset or line past the end.
+    #[error("{message}")]
+    RangeNotSatisfiable {
+        /// For a person.
+        message: String,
+        /// Size of the source.
+        size: u64,
+    },
+    /// The source failed to hand out bytes.
+    #[error(transparent)]
+    Source(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Result of paging operations.
+pub type PageResult<T> = Result<T, PageError>;
 
 /// How much of a source one step of a line search or grep reads at a time.
 const WINDOW: u64 = 1 << 20;
@@ -26,11 +50,11 @@ pub trait Source: Send + Sync {
     /// The blob's digest, if it is one.
     fn digest(&self) -> Option<String>;
     /// The last checkpoint at or before `offset`.
-    async fn checkpoint_for_offset(&self, offset: u64) -> ApiResult<Checkpoint>;
+    async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint>;
     /// The last checkpoint at or before the start of `line`.
-    async fn checkpoint_for_line(&self, line: u64) -> ApiResult<Checkpoint>;
+    async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint>;
     /// Bytes `start..end` (both within `size`).
-    async fn read(&self, start: u64, end: u64) -> ApiResult<Bytes>;
+    async fn read(&self, start: u64, end: u64) -> PageResult<Bytes>;
 }
 
 /// Length of the longest prefix of `page` that does not end inside a UTF-8 character
@@ -81,12 +105,12 @@ fn newlines(data: &[u8]) -> u64 {
     memchr::memchr_iter(b'\n', data).count() as u64
 }
 
-fn past_end(what: String, size: u64) -> ApiError {
-    ApiError::RangeNotSatisfiable { message: what, size: Some(size) }
+fn past_end(message: String, size: u64) -> PageError {
+    PageError::RangeNotSatisfiable { message, size }
 }
 
 /// A byte page: `offset`, up to `limit` bytes (capped at [`READ_CAP`]).
-pub async fn byte_page(src: &dyn Source, offset: u64, limit: u64) -> ApiResult<ReadPage> {
+pub async fn byte_page(src: &dyn Source, offset: u64, limit: u64) -> PageResult<ReadPage> {
     let size = src.size();
     if offset > size {
         return Err(past_end(format!("offset {offset} is past the end ({size} bytes)"), size));
@@ -128,7 +152,7 @@ pub async fn byte_page(src: &dyn Source, offset: u64, limit: u64) -> ApiResult<R
 }
 
 /// Byte offset where 1-based `line` starts (`size` for the line after the last).
-async fn line_start(src: &dyn Source, line: u64) -> ApiResult<u64> {
+async fn line_start(src: &dyn Source, line: u64) -> PageResult<u64> {
     let size = src.size();
     let cp = src.checkpoint_for_line(line).await?;
     let mut skip = line - 1 - cp.newlines;
@@ -154,11 +178,11 @@ async fn line_start(src: &dyn Source, line: u64) -> ApiResult<u64> {
 }
 
 /// A line page: whole lines from `line`, at most `lines` of them and [`READ_CAP`] bytes.
-pub async fn line_page(src: &dyn Source, line: u64, lines: u64) -> ApiResult<ReadPage> {
+pub async fn line_page(src: &dyn Source, line: u64, lines: u64) -> PageResult<ReadPage> {
     let total_lines = src.total_lines();
     let size = src.size();
     if line == 0 || lines == 0 {
-        return Err(ApiError::InvalidArgument("line and lines start at 1".into()));
+        return Err(PageError::InvalidArgument("line and lines start at 1".into()));
     }
     if line > total_lines + 1 {
         return Err(past_end(format!("line {line} is past the end ({total_lines} lines)"), size));
@@ -238,11 +262,11 @@ fn shorten(line: &[u8], match_at: usize) -> (String, bool) {
 }
 
 /// Matching lines in order, capped at [`READ_CAP`] bytes of text and `max_matches`.
-pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> ApiResult<GrepResponse> {
+pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResponse> {
     let size = src.size();
     let total_lines = src.total_lines();
     if req.from_line == 0 {
-        return Err(ApiError::InvalidArgument("from_line starts at 1".into()));
+        return Err(PageError::InvalidArgument("from_line starts at 1".into()));
     }
     if req.from_line > total_lines + 1 {
         return Err(past_end(format!("from_line {} is past the end ({total_lines} lines)", req.from_line), size));
@@ -302,7 +326,7 @@ pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> ApiResult<GrepRespo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lines::{LineIndex, LineIndexBuilder};
+    use super::lines::{LineIndex, LineIndexBuilder};
     use proptest::prelude::*;
 
     struct Mem {
@@ -331,13 +355,13 @@ mod tests {
         fn digest(&self) -> Option<String> {
             None
         }
-        async fn checkpoint_for_offset(&self, o: u64) -> ApiResult<Checkpoint> {
+        async fn checkpoint_for_offset(&self, o: u64) -> PageResult<Checkpoint> {
             Ok(self.idx.for_offset(o))
         }
-        async fn checkpoint_for_line(&self, l: u64) -> ApiResult<Checkpoint> {
+        async fn checkpoint_for_line(&self, l: u64) -> PageResult<Checkpoint> {
             Ok(self.idx.for_line(l))
         }
-        async fn read(&self, s: u64, e: u64) -> ApiResult<Bytes> {
+        async fn read(&self, s: u64, e: u64) -> PageResult<Bytes> {
             Ok(Bytes::copy_from_slice(&self.data[s as usize..e as usize]))
         }
     }
@@ -408,7 +432,7 @@ mod tests {
         let p = block_on(line_page(&src, 199_999, 1)).unwrap();
         assert_eq!(p.content, "line 199999\n");
         let err = block_on(line_page(&src, 200_002, 1)).unwrap_err();
-        assert!(matches!(err, ApiError::RangeNotSatisfiable { .. }));
+        assert!(matches!(err, PageError::RangeNotSatisfiable { .. }));
         let p = block_on(byte_page(&src, src.size(), 10)).unwrap();
         assert!(p.eof && p.content.is_empty());
     }

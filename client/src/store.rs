@@ -1,0 +1,260 @@
+//! `StoreClient`: the typed HTTP client of the v1 contract, used by the SDK and the CLI.
+
+use bytes::Bytes;
+use futures::Stream;
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use serde::de::DeserializeOwned;
+use spillway_api::{
+    AppendResponse, BlobRecord, Digest, ErrorBody, ErrorCode, GrepResponse, PinRequest, ReadPage, RefList,
+    StreamCreated, StreamInfo,
+};
+
+use crate::error::{ClientError, Result};
+
+/// Options of an upload or a new stream.
+#[derive(Debug, Clone, Default)]
+pub struct UploadOptions {
+    /// Reference lifetime in seconds (server default when `None`).
+    pub ttl: Option<u64>,
+    /// `label.<key>=<value>` pairs.
+    pub labels: Vec<(String, String)>,
+    /// Streams only: the cap.
+    pub max_bytes: Option<u64>,
+}
+
+impl UploadOptions {
+    /// Adds a label.
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.push((key.into(), value.into()));
+        self
+    }
+
+    fn query(&self) -> Vec<(String, String)> {
+        let mut q: Vec<(String, String)> = self.labels.iter().map(|(k, v)| (format!("label.{k}"), v.clone())).collect();
+        if let Some(t) = self.ttl {
+            q.push(("ttl".into(), t.to_string()));
+        }
+        if let Some(m) = self.max_bytes {
+            q.push(("max_bytes".into(), m.to_string()));
+        }
+        q
+    }
+}
+
+/// What to read: a byte page or a line page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadRequest {
+    /// `offset`, `limit` (server defaults when `None`).
+    Bytes {
+        /// Start.
+        offset: u64,
+        /// Length.
+        limit: Option<u64>,
+    },
+    /// `line`, `lines`.
+    Lines {
+        /// 1-based start.
+        line: u64,
+        /// How many.
+        lines: Option<u64>,
+    },
+}
+
+impl ReadRequest {
+    fn query(&self) -> Vec<(&'static str, String)> {
+        match *self {
+            Self::Bytes { offset, limit } => {
+                let mut q = vec![("offset", offset.to_string())];
+                q.extend(limit.map(|l| ("limit", l.to_string())));
+                q
+            }
+            Self::Lines { line, lines } => {
+                let mut q = vec![("line", line.to_string())];
+                q.extend(lines.map(|l| ("lines", l.to_string())));
+                q
+            }
+        }
+    }
+}
+
+/// A grep request.
+#[derive(Debug, Clone, Default)]
+pub struct GrepRequest {
+    /// Rust regex syntax (or a literal with `fixed`).
+    pub pattern: String,
+    /// Case-insensitive.
+    pub ignore_case: bool,
+    /// Literal pattern.
+    pub fixed: bool,
+    /// 1-based line to start at.
+    pub from_line: Option<u64>,
+    /// Most matches.
+    pub max_matches: Option<usize>,
+}
+
+/// A client of one store, with one token.
+#[derive(Debug, Clone)]
+pub struct StoreClient {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+async fn decode<T: DeserializeOwned>(resp: Response) -> Result<T> {
+    let resp = check(resp).await?;
+    Ok(resp.json().await?)
+}
+
+/// Turns a non-success answer into [`ClientError::Api`].
+pub(crate) async fn check(resp: Response) -> Result<Response> {
+    if resp.status().is_success() || resp.status() == StatusCode::NOT_MODIFIED {
+        return Ok(resp);
+    }
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap_or_default();
+    Err(match serde_json::from_str::<ErrorBody>(&text) {
+        Ok(b) => ClientError::Api { status, code: b.error.code, message: b.error.message },
+        Err(_) => ClientError::Api {
+            status,
+            code: if status == 404 { ErrorCode::NotFound } else { ErrorCode::Other },
+            message: if text.is_empty() { format!("HTTP {status}") } else { text },
+        },
+    })
+}
+
+impl StoreClient {
+    /// A client of the store at `base` (e.g. `http://127.0.0.1:7745`).
+    pub fn new(base: impl Into<String>, token: impl Into<String>) -> Self {
+        let http = reqwest::Client::builder().tcp_nodelay(true).build().unwrap_or_default();
+        Self { base: base.into().trim_end_matches('/').to_owned(), token: token.into(), http }
+    }
+
+    /// The store's base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    fn req(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.token)
+    }
+
+    /// Uploads bytes whose digest the client computes (`PUT`); the server verifies it.
+    pub async fn put(&self, data: Bytes, opts: &UploadOptions) -> Result<BlobRecord> {
+        let digest = Digest::of(&data);
+        let resp = self.req(Method::PUT, &format!("/v1/blobs/{digest}")).query(&opts.query()).body(data).send().await?;
+        decode(resp).await
+    }
+
+    /// Uploads a body of unknown length and digest (`POST`), streamed.
+    pub async fn put_stream<S>(&self, body: S, opts: &UploadOptions) -> Result<BlobRecord>
+    where
+        S: Stream<Item = std::io::Result<Bytes>> + Send + Sync + 'static,
+    {
+        let resp = self
+            .req(Method::POST, "/v1/blobs")
+            .query(&opts.query())
+            .body(reqwest::Body::wrap_stream(body))
+            .send()
+            .await?;
+        decode(resp).await
+    }
+
+    /// Size of a blob visible in this namespace, or `None`.
+    pub async fn head(&self, digest: &str) -> Result<Option<u64>> {
+        let resp = self.req(Method::HEAD, &format!("/v1/blobs/{digest}")).send().await?;
+        if resp.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let resp = check(resp).await?;
+        let len = resp.headers().get(reqwest::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+        Ok(len.or(Some(0)))
+    }
+
+    /// Starts a download of the whole blob; the caller streams the body.
+    pub async fn get(&self, digest: &str) -> Result<Response> {
+        check(self.req(Method::GET, &format!("/v1/blobs/{digest}")).send().await?).await
+    }
+
+    /// A raw request with extra headers (Range, If-None-Match), for SRE tools and tests.
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.req(method, path)
+    }
+
+    /// A capped page of a blob.
+    pub async fn read(&self, digest: &str, r: ReadRequest) -> Result<ReadPage> {
+        decode(self.req(Method::GET, &format!("/v1/blobs/{digest}/read")).query(&r.query()).send().await?).await
+    }
+
+    /// Matching lines of a blob.
+    pub async fn grep(&self, digest: &str, g: &GrepRequest) -> Result<GrepResponse> {
+        let mut q = vec![("pattern", g.pattern.clone())];
+        if g.ignore_case {
+            q.push(("ignore_case", "true".into()));
+        }
+        if g.fixed {
+            q.push(("fixed", "true".into()));
+        }
+        q.extend(g.from_line.map(|n| ("from_line", n.to_string())));
+        q.extend(g.max_matches.map(|n| ("max_matches", n.to_string())));
+        decode(self.req(Method::GET, &format!("/v1/blobs/{digest}/grep")).query(&q).send().await?).await
+    }
+
+    /// Pins a blob in this namespace (admin).
+    pub async fn pin(&self, digest: &str, reason: Option<&str>) -> Result<BlobRecord> {
+        let body = PinRequest { reason: reason.map(str::to_owned) };
+        decode(self.req(Method::POST, &format!("/v1/blobs/{digest}/pin")).json(&body).send().await?).await
+    }
+
+    /// Removes this namespace's pins (admin).
+    pub async fn unpin(&self, digest: &str) -> Result<()> {
+        check(self.req(Method::DELETE, &format!("/v1/blobs/{digest}/pin")).send().await?).await?;
+        Ok(())
+    }
+
+    /// Removes this namespace's references (admin).
+    pub async fn delete(&self, digest: &str) -> Result<()> {
+        check(self.req(Method::DELETE, &format!("/v1/blobs/{digest}")).send().await?).await?;
+        Ok(())
+    }
+
+    /// This namespace's references, newest first.
+    pub async fn list_refs(&self, labels: &[(&str, &str)], limit: Option<u32>, cursor: Option<&str>) -> Result<RefList> {
+        let mut q: Vec<(String, String)> = labels.iter().map(|(k, v)| (format!("label.{k}"), (*v).to_owned())).collect();
+        q.extend(limit.map(|l| ("limit".to_owned(), l.to_string())));
+        q.extend(cursor.map(|c| ("cursor".to_owned(), c.to_owned())));
+        decode(self.req(Method::GET, "/v1/refs").query(&q).send().await?).await
+    }
+
+    /// Opens a stream for a background task's output.
+    pub async fn create_stream(&self, opts: &UploadOptions) -> Result<StreamCreated> {
+        decode(self.req(Method::POST, "/v1/streams").query(&opts.query()).send().await?).await
+    }
+
+    /// Appends at `offset` (which must be the stream's size); safe to retry.
+    pub async fn append(&self, id: &str, offset: u64, data: Bytes) -> Result<AppendResponse> {
+        let resp = self
+            .req(Method::POST, &format!("/v1/streams/{id}/append"))
+            .query(&[("offset", offset)])
+            .body(data)
+            .send()
+            .await?;
+        decode(resp).await
+    }
+
+    /// A stream's state.
+    pub async fn stream_info(&self, id: &str) -> Result<StreamInfo> {
+        decode(self.req(Method::GET, &format!("/v1/streams/{id}")).send().await?).await
+    }
+
+    /// A capped page of a stream; `wait_ms` long-polls for new data.
+    pub async fn read_stream(&self, id: &str, r: ReadRequest, wait_ms: Option<u64>) -> Result<ReadPage> {
+        let mut q = r.query();
+        q.extend(wait_ms.map(|w| ("wait_ms", w.to_string())));
+        decode(self.req(Method::GET, &format!("/v1/streams/{id}/read")).query(&q).send().await?).await
+    }
+
+    /// Turns a stream into a blob.
+    pub async fn seal(&self, id: &str) -> Result<BlobRecord> {
+        decode(self.req(Method::POST, &format!("/v1/streams/{id}/seal")).send().await?).await
+    }
+}
