@@ -4,3 +4,7 @@
 mod backend;
 mod blobs;
 mod support;
+mod read;
+mod streams;
+mod ops;
+mod retention;
