@@ -8,3 +8,4 @@ mod read;
 mod streams;
 mod ops;
 mod retention;
+mod crash;
