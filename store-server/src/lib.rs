@@ -13,6 +13,10 @@ pub mod retention;
 pub mod routes;
 pub mod server;
 pub mod state;
+#[cfg(feature = "testing")]
+pub mod testing;
+#[cfg(feature = "testing")]
+mod testing_backend;
 pub mod upload;
 
 pub use config::Config;

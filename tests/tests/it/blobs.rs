@@ -66,7 +66,7 @@ async fn digest_mismatch_stores_nothing() {
     assert_eq!(body["error"]["code"], "digest_mismatch");
     assert_eq!(c.head(&wrong.to_string()).await.unwrap(), None);
     assert_eq!(c.head(&Digest::of(b"actual").to_string()).await.unwrap(), None);
-    if !crate::backend::is_remote() {
+    if !is_remote() {
         assert!(files_under(&srv.blob_dir().join("tmp")).is_empty());
         assert!(files_under(&srv.blob_dir().join("blobs")).is_empty());
     }
@@ -108,7 +108,7 @@ async fn too_large_leaves_nothing() {
     let body = futures::stream::iter((0..10).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'y'; 300]))));
     let err = c.put_stream(body, &UploadOptions::default()).await.unwrap_err();
     assert_eq!(api_code(&err), (413, "too_large".into()));
-    if !crate::backend::is_remote() {
+    if !is_remote() {
         assert!(files_under(&srv.blob_dir().join("tmp")).is_empty());
         assert!(files_under(&srv.blob_dir().join("blobs")).is_empty());
     }
@@ -155,7 +155,7 @@ async fn namespaces_are_isolated_but_storage_is_shared() {
     assert_eq!(resp.status(), StatusCode::CREATED);
     let rb: BlobRecord = resp.json().await.unwrap();
     assert!(!rb.deduplicated);
-    if !crate::backend::is_remote() {
+    if !is_remote() {
         assert_eq!(files_under(&srv.blob_dir().join("blobs")).len(), 1, "one stored copy");
     }
     srv.stop().await;
@@ -181,7 +181,7 @@ async fn sixteen_concurrent_identical_uploads() {
         created += usize::from(st == StatusCode::CREATED);
     }
     assert!(created >= 1);
-    if !crate::backend::is_remote() {
+    if !is_remote() {
         assert_eq!(files_under(&srv.blob_dir().join("blobs")).len(), 1);
         assert!(files_under(&srv.blob_dir().join("tmp")).is_empty());
     }
@@ -245,7 +245,7 @@ async fn auth_and_scopes() {
     assert_eq!(api_code(&err), (403, "forbidden".into()));
     assert!(reader.read(&rec.digest.to_string(), spillway_client::ReadRequest::Bytes { offset: 0, limit: None }).await.is_ok());
     // Tokens are stored hashed: the plain token appears nowhere in the database file.
-    if !crate::backend::is_remote() {
+    if !is_remote() {
         let db = std::fs::read(srv.config().data_dir.join("spillway.db")).unwrap();
         let needle = srv.token.as_bytes();
         assert!(!db.windows(needle.len()).any(|w| w == needle));

@@ -1,0 +1,167 @@
+//! The per-turn gate (rule 7): when one turn's new tool results add up to more than the
+//! budget, the largest are degraded to a short head plus "omitted N bytes, full content at …".
+//! A receipt's existing location is reused; other content is saved now under its content name.
+//! All saves of a turn run concurrently under one deadline; the gate never fails the turn.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use spillway_api::paging::utf8_cut;
+use spillway_api::{Receipt, ShownRange};
+
+use crate::spill::{Deadline, Location, SpillTarget, DEFAULT_SAVE_DEADLINE};
+
+/// Default budget of one turn's new results, in bytes.
+pub const DEFAULT_BUDGET: usize = 200_000;
+/// Default head kept of a degraded result.
+pub const DEFAULT_KEEP: usize = 2_000;
+
+/// One tool result of a turn: plain text, or a receipt a tool already made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TurnResult {
+    /// Text as the tool returned it.
+    Text(String),
+    /// A receipt.
+    Receipt(Receipt),
+}
+
+impl TurnResult {
+    /// Bytes this result puts in the context.
+    pub fn size(&self) -> usize {
+        match self {
+            Self::Text(t) => t.len(),
+            Self::Receipt(r) => r.result.len(),
+        }
+    }
+}
+
+/// The gate's settings.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    /// Budget of a turn.
+    pub budget: usize,
+    /// Head kept of a degraded result.
+    pub keep: usize,
+    /// One deadline for all of a turn's saves.
+    pub deadline: Duration,
+    /// Where content without a location is saved.
+    pub spill: Arc<dyn SpillTarget>,
+}
+
+impl Gate {
+    /// Defaults: 200,000 bytes, 2,000 kept, 3 s.
+    pub fn new(spill: Arc<dyn SpillTarget>) -> Self {
+        Self { budget: DEFAULT_BUDGET, keep: DEFAULT_KEEP, deadline: DEFAULT_SAVE_DEADLINE, spill }
+    }
+
+    /// Which results to degrade: the largest first, until the rest fit the budget.
+    pub fn plan(&self, results: &[TurnResult]) -> Vec<usize> {
+        let mut total: usize = results.iter().map(TurnResult::size).sum();
+        let mut order: Vec<usize> = (0..results.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(results[i].size()));
+        let mut out = Vec::new();
+        for i in order {
+            if total <= self.budget {
+                break;
+            }
+            let size = results[i].size();
+            if size <= self.keep + 200 {
+                break; // degrading would not make it smaller
+            }
+            total -= size - self.keep.min(size);
+            out.push(i);
+        }
+        out
+    }
+
+    /// Applies the gate to one turn. Results that fit stay exactly as given.
+    pub async fn apply(&self, mut results: Vec<TurnResult>) -> Vec<TurnResult> {
+        let chosen = self.plan(&results);
+        if chosen.is_empty() {
+            return results;
+        }
+        let shared_deadline = tokio::time::Instant::now() + self.deadline;
+        let saves = chosen.iter().map(|&i| {
+            let item = results[i].clone();
+            let spill = self.spill.clone();
+            async move {
+                let existing = match &item {
+                    TurnResult::Receipt(r) => existing_location(r),
+                    TurnResult::Text(_) => None,
+                };
+                if let Some(loc) = existing {
+                    return Some(loc);
+                }
+                let content = match &item {
+                    TurnResult::Text(t) => t.clone(),
+                    TurnResult::Receipt(r) => r.result.clone(),
+                };
+                let labels = vec![("tool".to_owned(), "gate".to_owned())];
+                let budget = shared_deadline.saturating_duration_since(tokio::time::Instant::now());
+                let mut deadline = Deadline::new(budget);
+                let fut = spill.save(Bytes::from(content), &labels, &mut deadline);
+                match tokio::time::timeout(budget, fut).await {
+                    Ok(Ok(loc)) => Some(loc),
+                    _ => None,
+                }
+            }
+        });
+        let locations = futures::future::join_all(saves).await;
+        for (&i, loc) in chosen.iter().zip(locations) {
+            results[i] = TurnResult::Receipt(self.degrade(&results[i], loc));
+        }
+        results
+    }
+
+    fn degrade(&self, item: &TurnResult, loc: Option<Location>) -> Receipt {
+        let (text, total_size, total_lines) = match item {
+            TurnResult::Text(t) => (t.as_str(), t.len() as u64, spillway_api::count_lines(t.as_bytes())),
+            TurnResult::Receipt(r) => (r.result.as_str(), r.total_size.max(r.result.len() as u64), r.total_lines),
+        };
+        let cut = utf8_cut(&text.as_bytes()[..self.keep.min(text.len())]);
+        let head = &text[..cut];
+        let omitted = total_size - cut as u64;
+        let (digest, file_path) = match &loc {
+            Some(Location::Store { digest }) => (Some(digest.clone()), None),
+            Some(Location::File { path, digest }) => (digest.clone(), Some(path.display().to_string())),
+            None => (None, None),
+        };
+        let place = file_path.clone().or(digest.clone());
+        let line = match &place {
+            Some(p) => format!("\n[omitted {omitted} bytes, full content at {p}]"),
+            None => format!("\n[omitted {omitted} bytes; the full content could not be saved and cannot be retrieved]"),
+        };
+        let hint = match &place {
+            Some(p) => format!(
+                "This turn's tool results were over {} bytes, so this one was cut to its first {cut} bytes. \
+                 The full content ({total_size} bytes) is at {p}; read it page by page instead of all at once.",
+                self.budget
+            ),
+            None => "The full content was NOT saved and cannot be retrieved; narrow the command and run it again.".into(),
+        };
+        Receipt {
+            result: format!("{head}{line}"),
+            truncated: true,
+            total_size,
+            total_lines,
+            shown: vec![ShownRange { offset: 0, length: cut as u64 }],
+            saved: place.is_some(),
+            digest,
+            file_path,
+            hint: Some(hint),
+        }
+    }
+}
+
+fn existing_location(r: &Receipt) -> Option<Location> {
+    if !r.saved {
+        return None;
+    }
+    if let Some(p) = &r.file_path {
+        return Some(Location::File { path: p.into(), digest: r.digest.clone() });
+    }
+    r.digest.as_ref().map(|d| Location::Store { digest: d.clone() })
+}

@@ -1,0 +1,132 @@
+//! `--local DIR`: the read, grep and get commands over a directory of spills, with the same
+//! caps and the same JSON as the server.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use spillway_api::paging::lines::{Checkpoint, LineIndex, LineIndexBuilder};
+use spillway_api::paging::{self, GrepRequest, PageError, PageResult, Source};
+use spillway_api::{Digest, GrepResponse, ReadPage};
+
+use crate::error::{ClientError, Result};
+use crate::spill::LocalDir;
+
+/// A local spill file opened for paging: indexed once, read by range.
+pub struct LocalSource {
+    path: PathBuf,
+    digest: Digest,
+    size: u64,
+    lines: u64,
+    index: LineIndex,
+}
+
+impl LocalSource {
+    /// Opens the spill of `digest` in `dir`; a missing file is `not found`.
+    pub async fn open(dir: &LocalDir, digest: &Digest) -> Result<Self> {
+        let path = dir.path_of(digest);
+        let path2 = path.clone();
+        let built = tokio::task::spawn_blocking(move || -> std::io::Result<LineIndexBuilder> {
+            use std::io::Read;
+            let mut f = std::fs::File::open(&path2)?;
+            let mut b = LineIndexBuilder::default();
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = f.read(&mut buf)?;
+                if n == 0 {
+                    return Ok(b);
+                }
+                b.update(&buf[..n]);
+            }
+        })
+        .await
+        .map_err(|e| ClientError::Other(e.to_string()))?
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ClientError::Api {
+                status: 404,
+                code: spillway_api::ErrorCode::NotFound,
+                message: format!("{digest} not found in {}", dir.dir().display()),
+            },
+            _ => ClientError::Io(e),
+        })?;
+        Ok(Self { path, digest: *digest, size: built.size(), lines: built.lines(), index: built.finish() })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+#[async_trait]
+impl Source for LocalSource {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn total_lines(&self) -> u64 {
+        self.lines
+    }
+    fn digest(&self) -> Option<String> {
+        Some(self.digest.to_string())
+    }
+    async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint> {
+        Ok(self.index.for_offset(offset))
+    }
+    async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint> {
+        Ok(self.index.for_line(line))
+    }
+    async fn read(&self, start: u64, end: u64) -> PageResult<Bytes> {
+        use std::io::{Read, Seek, SeekFrom};
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || -> std::io::Result<Bytes> {
+            let mut f = std::fs::File::open(path)?;
+            f.seek(SeekFrom::Start(start))?;
+            let mut buf = vec![0u8; (end - start) as usize];
+            f.read_exact(&mut buf)?;
+            Ok(Bytes::from(buf))
+        })
+        .await
+        .map_err(|e| PageError::Source(Box::new(e)))?
+        .map_err(|e| PageError::Source(Box::new(e)))
+    }
+}
+
+fn page_err(e: PageError) -> ClientError {
+    match e {
+        PageError::InvalidArgument(m) => ClientError::Api { status: 400, code: spillway_api::ErrorCode::InvalidArgument, message: m },
+        PageError::RangeNotSatisfiable { message, .. } => {
+            ClientError::Api { status: 416, code: spillway_api::ErrorCode::RangeNotSatisfiable, message }
+        }
+        PageError::Source(e) => ClientError::Other(e.to_string()),
+    }
+}
+
+/// A capped page of a local spill, exactly as the server would answer.
+pub async fn read(src: &LocalSource, req: crate::store::ReadRequest) -> Result<ReadPage> {
+    let r = match req {
+        crate::store::ReadRequest::Bytes { offset, limit } => {
+            paging::byte_page(src, offset, limit.unwrap_or(spillway_api::READ_CAP as u64)).await
+        }
+        crate::store::ReadRequest::Lines { line, lines } => {
+            paging::line_page(src, line, lines.unwrap_or(spillway_api::DEFAULT_PAGE_LINES)).await
+        }
+    };
+    r.map_err(page_err)
+}
+
+/// Matching lines of a local spill, exactly as the server would answer.
+pub async fn grep(src: &LocalSource, g: &crate::store::GrepRequest) -> Result<GrepResponse> {
+    let pattern = if g.fixed { regex::escape(&g.pattern) } else { g.pattern.clone() };
+    let re = regex::bytes::RegexBuilder::new(&pattern)
+        .case_insensitive(g.ignore_case)
+        .multi_line(true)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| ClientError::Api {
+            status: 400,
+            code: spillway_api::ErrorCode::InvalidArgument,
+            message: format!("invalid pattern: {e}"),
+        })?;
+    let req = GrepRequest { regex: &re, from_line: g.from_line.unwrap_or(1), max_matches: g.max_matches.unwrap_or(usize::MAX) };
+    paging::grep(src, req).await.map_err(page_err)
+}

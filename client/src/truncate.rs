@@ -1,0 +1,318 @@
+//! Truncation strategies: pure code, bytes in and a preview out, no I/O.
+//!
+//! Each tool picks its own cap and its own way to cut (rule 1): command output keeps its head
+//! *and* its tail, a file reader keeps whole numbered lines and says where to continue, a
+//! send-style tool refuses instead of sending half. A preview never splits a UTF-8 character
+//! and `shown` says exactly which byte ranges of the original it holds.
+
+use spillway_api::paging::utf8_cut;
+use spillway_api::ShownRange;
+
+/// The default cap: what a tool hands the model, in bytes.
+pub const DEFAULT_CAP: usize = 100_000;
+
+/// How a tool cuts an over-long output.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Strategy {
+    /// The beginning only.
+    Head,
+    /// The end only.
+    Tail,
+    /// The beginning and the end with one marker line between; `tail_share` of the budget
+    /// (0.0–0.9) goes to the end. The default for command output, whose errors come last.
+    HeadTail {
+        /// Share of the budget kept for the end.
+        tail_share: f32,
+    },
+    /// Whole lines numbered from `first_line`, then where to continue (file readers).
+    NumberedLines {
+        /// Number of the first line given.
+        first_line: u64,
+    },
+    /// Refuse: an over-long output is an error, never half of it (send-style tools).
+    Reject,
+}
+
+impl Default for Strategy {
+    fn default() -> Self {
+        Self::HeadTail { tail_share: 0.2 }
+    }
+}
+
+/// What the model sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preview {
+    /// At most the cap, valid UTF-8.
+    pub text: String,
+    /// Byte ranges of the original that `text` holds.
+    pub shown: Vec<ShownRange>,
+    /// False when `text` is the whole output.
+    pub truncated: bool,
+    /// For a file reader: the first line not shown.
+    pub next_line: Option<u64>,
+}
+
+/// A send-style tool's output was over its cap and was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("refused: the text is {size} bytes and the limit is {cap}; shorten it and try again (nothing was sent)")]
+pub struct Rejected {
+    /// Size of the refused text.
+    pub size: u64,
+    /// The cap.
+    pub cap: usize,
+}
+
+/// What streaming capture keeps of an output: its first bytes, its last bytes, and counts.
+/// `head` holds bytes `0..head.len()`, `tail` holds `tail_offset..total`; when the whole output
+/// fits, `head` holds all of it.
+#[derive(Debug, Clone, Default)]
+pub struct Sample<'a> {
+    /// The first bytes.
+    pub head: &'a [u8],
+    /// The last bytes.
+    pub tail: &'a [u8],
+    /// Where `tail` starts in the original.
+    pub tail_offset: u64,
+    /// Size of the original.
+    pub total: u64,
+    /// Lines of the original.
+    pub total_lines: u64,
+}
+
+impl<'a> Sample<'a> {
+    /// A sample of an output held whole in memory.
+    pub fn whole(data: &'a [u8]) -> Self {
+        Self { head: data, tail: &[], tail_offset: data.len() as u64, total: data.len() as u64, total_lines: spillway_api::count_lines(data) }
+    }
+
+    fn is_whole(&self) -> bool {
+        self.head.len() as u64 == self.total
+    }
+}
+
+/// Text of `bytes`, replacing invalid UTF-8, cut again so that it stays within `max` bytes.
+fn text_within(bytes: &[u8], max: usize) -> (String, usize) {
+    let mut used = bytes.len().min(max);
+    loop {
+        used = utf8_cut(&bytes[..used]);
+        let text = String::from_utf8_lossy(&bytes[..used]);
+        if text.len() <= max {
+            return (text.into_owned(), used);
+        }
+        used -= (text.len() - max).min(used);
+    }
+}
+
+/// The longest prefix of `data` within `budget` bytes, ending at a newline when one is near.
+fn head_cut(data: &[u8], budget: usize) -> usize {
+    let n = utf8_cut(&data[..budget.min(data.len())]);
+    match memchr::memrchr(b'\n', &data[..n]) {
+        Some(i) if n - (i + 1) <= 4096 && i + 1 >= n / 2 => i + 1,
+        _ => n,
+    }
+}
+
+/// Where to start a suffix of `data` of at most `budget` bytes, after a newline when one is near.
+fn tail_cut(data: &[u8], budget: usize) -> usize {
+    let mut start = data.len().saturating_sub(budget);
+    while start < data.len() && data[start] & 0xC0 == 0x80 {
+        start += 1;
+    }
+    match memchr::memchr(b'\n', &data[start..]) {
+        Some(i) if i < 4096 && start + i + 1 < data.len() => start + i + 1,
+        _ => start,
+    }
+}
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn marker(bytes: u64, lines: u64) -> String {
+    format!("\n[... {} bytes ({} lines) omitted ...]\n", thousands(bytes), thousands(lines))
+}
+
+/// Cuts a sample with a strategy under `cap` bytes.
+pub fn preview(sample: &Sample<'_>, cap: usize, strategy: Strategy) -> Result<Preview, Rejected> {
+    if sample.is_whole() {
+        let (text, used) = text_within(sample.head, usize::MAX);
+        if text.len() <= cap && used == sample.head.len() {
+            if let Strategy::NumberedLines { first_line } = strategy {
+                return Ok(numbered(sample.head, cap, first_line));
+            }
+            let shown = vec![ShownRange { offset: 0, length: sample.total }];
+            return Ok(Preview { text, shown, truncated: false, next_line: None });
+        }
+    }
+    match strategy {
+        Strategy::Reject => Err(Rejected { size: sample.total, cap }),
+        Strategy::NumberedLines { first_line } => Ok(numbered(sample.head, cap, first_line)),
+        Strategy::Head => Ok(head_tail(sample, cap, 0.0)),
+        Strategy::Tail => Ok(head_tail(sample, cap, 1.0)),
+        Strategy::HeadTail { tail_share } => Ok(head_tail(sample, cap, tail_share.clamp(0.0, 0.9))),
+    }
+}
+
+/// Head and tail of an over-long sample with one marker line saying what was left out.
+fn head_tail(s: &Sample<'_>, cap: usize, tail_share: f32) -> Preview {
+    // The marker's own size depends on the numbers it prints; reserve its longest form.
+    let reserve = marker(u64::MAX / 10, u64::MAX / 10).len();
+    let budget = cap.saturating_sub(reserve);
+    let tail_budget = ((budget as f32) * tail_share) as usize;
+    let head_budget = budget - tail_budget;
+    // The tail comes from the tail ring, or from the head buffer when everything is there.
+    let (tail_src, tail_src_offset) = if s.is_whole() { (s.head, 0) } else { (s.tail, s.tail_offset) };
+    let t_start = tail_cut(tail_src, tail_budget.min(tail_src.len()));
+    let tail_from = tail_src_offset + t_start as u64;
+    let head_limit = head_budget.min(s.head.len()).min(tail_from as usize);
+    let h = if tail_share >= 1.0 { 0 } else { head_cut(s.head, head_limit) };
+    let (head_text, h_used) = text_within(&s.head[..h], head_budget);
+    let tail_bytes = if tail_budget == 0 { &[][..] } else { &tail_src[t_start..] };
+    let (tail_text, _) = text_within(tail_bytes, tail_budget);
+    let t_len = tail_bytes.len() as u64;
+    let omitted = s.total - h_used as u64 - t_len;
+    let head_lines = memchr::memchr_iter(b'\n', &s.head[..h_used]).count() as u64;
+    let tail_lines = spillway_api::count_lines(tail_bytes);
+    let omitted_lines = s.total_lines.saturating_sub(head_lines + tail_lines);
+    let mut text = head_text;
+    text.push_str(&marker(omitted, omitted_lines));
+    text.push_str(&tail_text);
+    let mut shown = Vec::new();
+    if h_used > 0 {
+        shown.push(ShownRange { offset: 0, length: h_used as u64 });
+    }
+    if t_len > 0 {
+        shown.push(ShownRange { offset: s.total - t_len, length: t_len });
+    }
+    Preview { text, shown, truncated: true, next_line: Some(head_lines + 1) }
+}
+
+/// Whole lines numbered like `cat -n`, as many as fit, then where to continue.
+fn numbered(data: &[u8], cap: usize, first_line: u64) -> Preview {
+    let mut text = String::new();
+    let mut used = 0usize;
+    let mut line_no = first_line;
+    let footer_reserve = 80;
+    let mut truncated = false;
+    for line in data.split_inclusive(|&b| b == b'\n') {
+        let body = String::from_utf8_lossy(line);
+        let entry = format!("{line_no:>6}\t{body}");
+        if text.len() + entry.len() + footer_reserve > cap {
+            truncated = true;
+            break;
+        }
+        text.push_str(&entry);
+        used += line.len();
+        line_no += 1;
+    }
+    if truncated && used == 0 {
+        // A first line longer than the cap: show its start; the rest is reachable by bytes.
+        let (part, n) = text_within(data, cap - footer_reserve - 8);
+        text = format!("{line_no:>6}\t{part}");
+        used = n;
+        line_no += 1;
+    }
+    if truncated {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!("[truncated: {} more bytes; continue from line {line_no}]\n", data.len() - used));
+    }
+    Preview {
+        text,
+        shown: vec![ShownRange { offset: 0, length: used as u64 }],
+        truncated,
+        next_line: truncated.then_some(line_no),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn data_strategy() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(prop_oneof![Just("\n".to_string()), "[a-z€😀 ]{0,30}"], 0..3000)
+                .prop_map(|v| v.concat().into_bytes()),
+            proptest::collection::vec(any::<u8>(), 0..20_000),
+        ]
+    }
+
+    fn check(data: &[u8], cap: usize, strategy: super::Strategy) -> Result<(), TestCaseError> {
+        match preview(&Sample::whole(data), cap, strategy) {
+            Err(r) => {
+                prop_assert_eq!(strategy, super::Strategy::Reject);
+                prop_assert!(r.size as usize > cap || std::str::from_utf8(data).is_err());
+            }
+            Ok(p) => {
+                prop_assert!(p.text.len() <= cap, "{} > {}", p.text.len(), cap);
+                let mut end = 0;
+                for r in &p.shown {
+                    prop_assert!(r.offset >= end);
+                    end = r.offset + r.length;
+                    prop_assert!(end as usize <= data.len());
+                    let piece = &data[r.offset as usize..end as usize];
+                    if let Ok(s) = std::str::from_utf8(piece) {
+                        if !matches!(strategy, super::Strategy::NumberedLines { .. }) {
+                            prop_assert!(p.text.contains(s), "shown range is in the preview");
+                        }
+                    }
+                }
+                if !p.truncated {
+                    prop_assert_eq!(p.shown.iter().map(|r| r.length).sum::<u64>(), data.len() as u64);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        #[test]
+        fn caps_hold_and_shown_matches(data in data_strategy(), cap in 200usize..5000) {
+            for s in [super::Strategy::Head, super::Strategy::Tail, super::Strategy::default(),
+                      super::Strategy::NumberedLines { first_line: 1 }, super::Strategy::Reject] {
+                check(&data, cap, s)?;
+            }
+        }
+    }
+
+    #[test]
+    fn head_tail_keeps_the_error_at_the_end() {
+        let mut out: String = (1..=100_000).map(|i| format!("compiling unit {i}\n")).collect();
+        out.push_str("error[E0308]: mismatched types\n");
+        let p = preview(&Sample::whole(out.as_bytes()), 100_000, super::Strategy::default()).unwrap();
+        assert!(p.text.starts_with("compiling unit 1\n"));
+        assert!(p.text.ends_with("error[E0308]: mismatched types\n"));
+        assert!(p.text.contains("bytes (") && p.text.contains("lines) omitted"));
+        assert_eq!(p.shown.len(), 2);
+        assert!(p.text.len() <= 100_000);
+    }
+
+    #[test]
+    fn numbered_lines_say_where_to_continue() {
+        let text: String = (1..=50_000).map(|i| format!("row {i}\n")).collect();
+        let p = preview(&Sample::whole(text.as_bytes()), 10_000, super::Strategy::NumberedLines { first_line: 1 }).unwrap();
+        let n = p.next_line.unwrap();
+        assert!(p.text.starts_with("     1\trow 1\n"));
+        assert!(p.text.contains(&format!("continue from line {n}")));
+        assert!(p.text.contains(&format!("\trow {}\n", n - 1)));
+        assert!(!p.text.contains(&format!("\trow {n}\n")));
+    }
+
+    #[test]
+    fn reject_refuses_instead_of_cutting() {
+        let err = preview(&Sample::whole(&[b'x'; 2001]), 2000, super::Strategy::Reject).unwrap_err();
+        assert_eq!(err.size, 2001);
+        assert!(preview(&Sample::whole(&[b'x'; 2000]), 2000, super::Strategy::Reject).is_ok());
+    }
+}
