@@ -11,42 +11,40 @@
 //!
 //! Wrapping a tool: the model gets the receipt, never the raw output.
 //!
-//! ```no_run
+//! ```
 //! use std::sync::Arc;
-//! use spillway_client::{capture, spill, truncate, receipt};
+//! use spillway_client::{capture, receipt, spill, truncate};
 //!
-//! # async fn demo() -> spillway_client::Result<()> {
-//! // Spill to the shared store when one is configured, else to ./.outputs.
-//! let target: Arc<dyn spill::SpillTarget> = match std::env::var("SPILLWAY_URL") {
-//!     Ok(url) => Arc::new(spill::RemoteStore::new(spillway_client::StoreClient::new(
-//!         url,
-//!         std::env::var("SPILLWAY_TOKEN").unwrap_or_default(),
-//!     ))),
-//!     Err(_) => Arc::new(spill::LocalDir::new(".outputs")),
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! // Spill to the shared store when one is configured; here, to a local directory.
+//! let target: Arc<dyn spill::SpillTarget> = match std::env::var("SPILLWAY_EXAMPLE_URL") {
+//!     Ok(url) => Arc::new(spill::RemoteStore::new(spillway_client::StoreClient::new(url, "token"))),
+//!     Err(_) => Arc::new(spill::LocalDir::new(dir.path().join(".outputs"))),
 //! };
 //!
-//! // A shell tool: stdout and stderr each get a receipt.
-//! let mut cmd = tokio::process::Command::new("cargo");
-//! cmd.arg("build");
+//! // A shell tool: stdout and stderr each get a receipt; the model sees at most the cap.
+//! let mut cmd = tokio::process::Command::new("seq");
+//! cmd.args(["1", "100000"]);
 //! let run = capture::exec(cmd, &capture::ExecOptions::new(target.clone())).await?;
-//! println!("{}", serde_json::to_string(&run.stderr)?);
+//! assert!(run.stdout.truncated && run.stdout.saved);
+//! assert!(run.stdout.result.len() <= 100_000);
+//! assert!(run.stdout.result.ends_with("100000\n")); // the tail, where errors are, is kept
+//! let full = std::fs::read_to_string(run.stdout.file_path.as_deref().unwrap())?;
+//! assert_eq!(full.lines().count(), 100_000);
 //!
 //! // A file reader: whole numbered lines and where to continue.
-//! let text = std::fs::read("big.log")?;
+//! let text = full.into_bytes();
 //! let sample = truncate::Sample::whole(&text);
-//! let page = truncate::preview(&sample, 100_000, truncate::Strategy::NumberedLines { first_line: 1 })
-//!     .expect("numbered lines never refuse");
-//! let saved = if page.truncated {
-//!     let mut deadline = spill::Deadline::new(spill::DEFAULT_SAVE_DEADLINE);
-//!     match target.save(text.clone().into(), &[], &mut deadline).await {
-//!         Ok(loc) => receipt::Saved::At(loc),
-//!         Err(e) => receipt::Saved::Failed(e.to_string()),
-//!     }
-//! } else {
-//!     receipt::Saved::NotNeeded
+//! let page = truncate::preview(&sample, 10_000, truncate::Strategy::NumberedLines { first_line: 1 })?;
+//! let mut deadline = spill::Deadline::new(spill::DEFAULT_SAVE_DEADLINE);
+//! let saved = match target.save(text.clone().into(), &[], &mut deadline).await {
+//!     Ok(loc) => receipt::Saved::At(loc),
+//!     Err(e) => receipt::Saved::Failed(e.to_string()),
 //! };
 //! let r = receipt::build(page, sample.total, sample.total_lines, saved);
-//! assert!(r.result.len() <= 100_000);
+//! assert!(r.hint.unwrap().contains("continue") || r.result.contains("continue from line"));
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs)]

@@ -20,7 +20,11 @@ impl DigestError {
 }
 
 fn parse_hex32(hex_part: &str) -> Option<[u8; 32]> {
-    if hex_part.len() != 64 || !hex_part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+    if hex_part.len() != 64
+        || !hex_part
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
         return None;
     }
     let mut out = [0u8; 32];

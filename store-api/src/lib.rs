@@ -5,9 +5,9 @@
 #![warn(missing_docs)]
 
 mod digest;
+mod error;
 #[cfg(feature = "paging")]
 pub mod paging;
-mod error;
 mod receipt;
 mod types;
 

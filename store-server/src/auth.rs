@@ -74,35 +74,54 @@ pub fn new_token() -> String {
 }
 
 /// Creates a token for `namespace` with `scopes` and returns it (the only time it is seen).
-pub async fn create_token(db: &crate::db::Db, namespace: &str, scopes: &[Scope], now: i64) -> anyhow::Result<String> {
-    anyhow::ensure!(crate::routes::valid_namespace(namespace), "invalid namespace {namespace:?}: use [a-z0-9_.-]{{1,64}}");
+pub async fn create_token(
+    db: &crate::db::Db,
+    namespace: &str,
+    scopes: &[Scope],
+    now: i64,
+) -> anyhow::Result<String> {
+    anyhow::ensure!(
+        crate::routes::valid_namespace(namespace),
+        "invalid namespace {namespace:?}: use [a-z0-9_.-]{{1,64}}"
+    );
     anyhow::ensure!(!scopes.is_empty(), "a token needs at least one scope");
     let token = new_token();
     let names: Vec<String> = scopes.iter().map(|s| s.as_str().to_owned()).collect();
-    db.insert_token(&hash_token(&token), namespace, &names, now).await?;
+    db.insert_token(&hash_token(&token), namespace, &names, now)
+        .await?;
     Ok(token)
 }
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let header = parts
             .headers
             .get(AUTHORIZATION)
-            .ok_or(ApiError::Unauthorized("missing Authorization: Bearer <token> header"))?;
+            .ok_or(ApiError::Unauthorized(
+                "missing Authorization: Bearer <token> header",
+            ))?;
         let token = header
             .to_str()
             .ok()
             .and_then(|h| h.strip_prefix("Bearer "))
             .map(str::trim)
             .filter(|t| !t.is_empty() && t.len() <= 256)
-            .ok_or(ApiError::Unauthorized("malformed Authorization header: expected Bearer <token>"))?;
+            .ok_or(ApiError::Unauthorized(
+                "malformed Authorization header: expected Bearer <token>",
+            ))?;
         let row = state
             .db
             .find_token(&hash_token(token))
             .await?
             .ok_or(ApiError::Unauthorized("unknown token"))?;
-        Ok(Caller { namespace: row.namespace, scopes: row.scopes })
+        Ok(Caller {
+            namespace: row.namespace,
+            scopes: row.scopes,
+        })
     }
 }

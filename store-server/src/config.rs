@@ -49,7 +49,10 @@ impl Config {
     /// The database URL in force.
     pub fn database_url(&self) -> String {
         self.database_url.clone().unwrap_or_else(|| {
-            format!("sqlite://{}?mode=rwc", self.data_dir.join("spillway.db").display())
+            format!(
+                "sqlite://{}?mode=rwc",
+                self.data_dir.join("spillway.db").display()
+            )
         })
     }
 

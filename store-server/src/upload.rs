@@ -56,7 +56,12 @@ impl From<BlobError> for ApiError {
 
 /// Receives, verifies and stores a body, then references it in the caller's namespace.
 #[instrument(skip_all, fields(namespace = %spec.namespace))]
-pub async fn store<S, E>(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, body: S) -> ApiResult<Stored>
+pub async fn store<S, E>(
+    state: &AppState,
+    expected: Option<AnyDigest>,
+    spec: &RefSpec,
+    body: S,
+) -> ApiResult<Stored>
 where
     S: Stream<Item = Result<Bytes, E>> + Send,
     E: std::fmt::Display,
@@ -91,7 +96,12 @@ fn check(expected: Option<AnyDigest>, staged: &Staged) -> ApiResult<()> {
     Err(ApiError::DigestMismatch { expected, actual })
 }
 
-async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, staged: &Staged) -> ApiResult<Stored> {
+async fn commit(
+    state: &AppState,
+    expected: Option<AnyDigest>,
+    spec: &RefSpec,
+    staged: &Staged,
+) -> ApiResult<Stored> {
     check(expected, staged)?;
     let hex = staged.digest.hex();
     let now = state.now();
@@ -122,7 +132,9 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
             }
             AddRef::Deleting => {
                 if tokio::time::Instant::now() > give_up {
-                    return Err(ApiError::Unavailable("the same content is being deleted; retry".into()));
+                    return Err(ApiError::Unavailable(
+                        "the same content is being deleted; retry".into(),
+                    ));
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }

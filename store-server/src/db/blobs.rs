@@ -73,7 +73,8 @@ pub enum AddRef {
     Deleting,
 }
 
-const VISIBLE: &str = "EXISTS (SELECT 1 FROM refs r WHERE r.namespace = $1 AND r.digest = b.digest \
+const VISIBLE: &str =
+    "EXISTS (SELECT 1 FROM refs r WHERE r.namespace = $1 AND r.digest = b.digest \
                        AND (r.pinned = 1 OR r.expires_at > $2))";
 
 fn blob_from_row(r: &AnyRow) -> Result<BlobRow, sqlx::Error> {
@@ -86,7 +87,12 @@ fn blob_from_row(r: &AnyRow) -> Result<BlobRow, sqlx::Error> {
     })
 }
 
-async fn holds(tx: &mut Transaction<'static, Any>, ns: &str, digest: &str, now: i64) -> Result<bool, sqlx::Error> {
+async fn holds(
+    tx: &mut Transaction<'static, Any>,
+    ns: &str,
+    digest: &str,
+    now: i64,
+) -> Result<bool, sqlx::Error> {
     let n: i64 = sqlx::query_scalar(
         "SELECT CAST(COUNT(*) AS BIGINT) FROM refs WHERE namespace = $1 AND digest = $2 \
          AND (pinned = 1 OR expires_at > $3)",
@@ -99,7 +105,11 @@ async fn holds(tx: &mut Transaction<'static, Any>, ns: &str, digest: &str, now: 
     Ok(n > 0)
 }
 
-async fn insert_ref(tx: &mut Transaction<'static, Any>, r: &NewRef<'_>, now: i64) -> Result<(), sqlx::Error> {
+async fn insert_ref(
+    tx: &mut Transaction<'static, Any>,
+    r: &NewRef<'_>,
+    now: i64,
+) -> Result<(), sqlx::Error> {
     let labels = serde_json::to_string(r.labels).unwrap_or_else(|_| "{}".into());
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO refs (namespace, digest, labels, created_at, expires_at, pinned, pin_reason) \
@@ -127,40 +137,67 @@ async fn insert_ref(tx: &mut Transaction<'static, Any>, r: &NewRef<'_>, now: i64
 
 impl Db {
     /// The blob if `namespace` holds a live reference to it.
-    pub async fn visible_blob(&self, ns: &str, digest: &str, now: i64) -> Result<Option<BlobRow>, sqlx::Error> {
+    pub async fn visible_blob(
+        &self,
+        ns: &str,
+        digest: &str,
+        now: i64,
+    ) -> Result<Option<BlobRow>, sqlx::Error> {
         let sql = format!(
             "SELECT digest, sha256, size, lines, line_index FROM blobs b \
              WHERE {VISIBLE} AND b.digest = $3 AND b.state = 'live'"
         );
-        let row = sqlx::query(&sql).bind(ns).bind(now).bind(digest).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&sql)
+            .bind(ns)
+            .bind(now)
+            .bind(digest)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(blob_from_row).transpose()
     }
 
     /// Like [`Db::visible_blob`], looked up by SHA-256.
-    pub async fn visible_blob_by_sha256(&self, ns: &str, sha256: &str, now: i64) -> Result<Option<BlobRow>, sqlx::Error> {
+    pub async fn visible_blob_by_sha256(
+        &self,
+        ns: &str,
+        sha256: &str,
+        now: i64,
+    ) -> Result<Option<BlobRow>, sqlx::Error> {
         let sql = format!(
             "SELECT digest, sha256, size, lines, line_index FROM blobs b \
              WHERE {VISIBLE} AND b.sha256 = $3 AND b.state = 'live' LIMIT 1"
         );
-        let row = sqlx::query(&sql).bind(ns).bind(now).bind(sha256).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&sql)
+            .bind(ns)
+            .bind(now)
+            .bind(sha256)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(blob_from_row).transpose()
     }
 
     /// References a blob that is already stored and live, keeping it from collection.
     pub async fn add_ref_if_live(&self, r: &NewRef<'_>, now: i64) -> Result<AddRef, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
-        let kept = sqlx::query("UPDATE blobs SET unreferenced_since = NULL WHERE digest = $1 AND state = 'live'")
-            .bind(r.digest)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        let kept = sqlx::query(
+            "UPDATE blobs SET unreferenced_since = NULL WHERE digest = $1 AND state = 'live'",
+        )
+        .bind(r.digest)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
         if kept == 0 {
-            let state: Option<String> = sqlx::query_scalar("SELECT state FROM blobs WHERE digest = $1")
-                .bind(r.digest)
-                .fetch_optional(&mut *tx)
-                .await?;
+            let state: Option<String> =
+                sqlx::query_scalar("SELECT state FROM blobs WHERE digest = $1")
+                    .bind(r.digest)
+                    .fetch_optional(&mut *tx)
+                    .await?;
             tx.rollback().await?;
-            return Ok(if state.is_some() { AddRef::Deleting } else { AddRef::Absent });
+            return Ok(if state.is_some() {
+                AddRef::Deleting
+            } else {
+                AddRef::Absent
+            });
         }
         let deduplicated = holds(&mut tx, r.namespace, r.digest, now).await?;
         insert_ref(&mut tx, r, now).await?;
@@ -170,7 +207,12 @@ impl Db {
 
     /// Records a blob whose bytes were just made durable, with its first reference. Returns
     /// `None` when a row in state `deleting` is in the way (retention is collecting it).
-    pub async fn insert_blob_with_ref(&self, b: &BlobRow, r: &NewRef<'_>, now: i64) -> Result<Option<bool>, sqlx::Error> {
+    pub async fn insert_blob_with_ref(
+        &self,
+        b: &BlobRow,
+        r: &NewRef<'_>,
+        now: i64,
+    ) -> Result<Option<bool>, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
         let n = sqlx::query(
             "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, state) \
@@ -198,22 +240,26 @@ impl Db {
 
     /// Removes this namespace's pins of a blob; returns how many there were.
     pub async fn unpin(&self, ns: &str, digest: &str) -> Result<u64, sqlx::Error> {
-        Ok(sqlx::query("DELETE FROM refs WHERE namespace = $1 AND digest = $2 AND pinned = 1")
-            .bind(ns)
-            .bind(digest)
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
+        Ok(
+            sqlx::query("DELETE FROM refs WHERE namespace = $1 AND digest = $2 AND pinned = 1")
+                .bind(ns)
+                .bind(digest)
+                .execute(&self.pool)
+                .await?
+                .rows_affected(),
+        )
     }
 
     /// Removes all of this namespace's references to a blob; returns how many there were.
     pub async fn delete_refs(&self, ns: &str, digest: &str) -> Result<u64, sqlx::Error> {
-        Ok(sqlx::query("DELETE FROM refs WHERE namespace = $1 AND digest = $2")
-            .bind(ns)
-            .bind(digest)
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
+        Ok(
+            sqlx::query("DELETE FROM refs WHERE namespace = $1 AND digest = $2")
+                .bind(ns)
+                .bind(digest)
+                .execute(&self.pool)
+                .await?
+                .rows_affected(),
+        )
     }
 
     /// A page of this namespace's live references, newest first, filtered by labels.
@@ -240,7 +286,10 @@ impl Db {
             n += 2;
         }
         sql.push_str(&format!(" ORDER BY r.id DESC LIMIT ${}", n + 1));
-        let mut q = sqlx::query(&sql).bind(ns).bind(now).bind(before_id.unwrap_or(i64::MAX));
+        let mut q = sqlx::query(&sql)
+            .bind(ns)
+            .bind(now)
+            .bind(before_id.unwrap_or(i64::MAX));
         for (k, v) in filter {
             q = q.bind(k).bind(v);
         }

@@ -50,26 +50,30 @@ impl Db {
         let pool = match backend {
             // SQLite takes one writer at a time; a single connection avoids lock errors
             // and its statements take microseconds.
-            Backend::Sqlite => AnyPoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(Duration::from_secs(30))
-                .after_connect(|conn, _| {
-                    Box::pin(async move {
-                        conn.execute(
-                            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; \
+            Backend::Sqlite => {
+                AnyPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            conn.execute(
+                                "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; \
                              PRAGMA foreign_keys=ON; PRAGMA busy_timeout=10000;",
-                        )
-                        .await?;
-                        Ok(())
+                            )
+                            .await?;
+                            Ok(())
+                        })
                     })
-                })
-                .connect_with(options)
-                .await?,
-            Backend::Postgres => AnyPoolOptions::new()
-                .max_connections(16)
-                .acquire_timeout(Duration::from_secs(10))
-                .connect_with(options)
-                .await?,
+                    .connect_with(options)
+                    .await?
+            }
+            Backend::Postgres => {
+                AnyPoolOptions::new()
+                    .max_connections(16)
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect_with(options)
+                    .await?
+            }
         };
         match backend {
             Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
@@ -85,7 +89,10 @@ impl Db {
 
     /// Round-trips a trivial query, for `/readyz`.
     pub async fn ping(&self) -> Result<(), sqlx::Error> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ())
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
     }
 
     /// Closes the pool.

@@ -22,7 +22,12 @@ impl Db {
              ORDER BY id LIMIT $2{})",
             self.skip_locked()
         );
-        Ok(sqlx::query(&sql).bind(now).bind(limit).execute(&self.pool).await?.rows_affected())
+        Ok(sqlx::query(&sql)
+            .bind(now)
+            .bind(limit)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
     }
 
     /// Counts expired, unpinned references (for a dry run).
@@ -49,7 +54,12 @@ impl Db {
     }
 
     /// Digests after `after` whose grace period ended by `cutoff`, in key order.
-    pub async fn collectable(&self, cutoff: i64, after: &str, limit: i64) -> Result<Vec<(String, u64)>, sqlx::Error> {
+    pub async fn collectable(
+        &self,
+        cutoff: i64,
+        after: &str,
+        limit: i64,
+    ) -> Result<Vec<(String, u64)>, sqlx::Error> {
         let rows = sqlx::query(
             "SELECT digest, size FROM blobs WHERE state = 'live' AND unreferenced_since IS NOT NULL \
              AND unreferenced_since <= $1 AND digest > $2 ORDER BY digest LIMIT $3",
@@ -67,7 +77,12 @@ impl Db {
     /// Moves one blob from `live` to `deleting` if it is still unreferenced past `cutoff`.
     /// A concurrent upload that references it clears `unreferenced_since` in its own
     /// transaction, so exactly one of the two wins.
-    pub async fn claim_for_deletion(&self, digest: &str, cutoff: i64, now: i64) -> Result<bool, sqlx::Error> {
+    pub async fn claim_for_deletion(
+        &self,
+        digest: &str,
+        cutoff: i64,
+        now: i64,
+    ) -> Result<bool, sqlx::Error> {
         let n = sqlx::query(
             "UPDATE blobs SET state = 'deleting', deleting_since = $1 WHERE digest = $2 AND state = 'live' \
              AND unreferenced_since IS NOT NULL AND unreferenced_since <= $3 \
@@ -83,7 +98,12 @@ impl Db {
     }
 
     /// Deletions that a crashed pass left half-done before `stale_before`, after `after`.
-    pub async fn stale_deletions(&self, stale_before: i64, after: &str, limit: i64) -> Result<Vec<(String, u64)>, sqlx::Error> {
+    pub async fn stale_deletions(
+        &self,
+        stale_before: i64,
+        after: &str,
+        limit: i64,
+    ) -> Result<Vec<(String, u64)>, sqlx::Error> {
         let rows = sqlx::query(
             "SELECT digest, size FROM blobs WHERE state = 'deleting' AND deleting_since <= $1 \
              AND digest > $2 ORDER BY digest LIMIT $3",
@@ -117,12 +137,19 @@ impl Db {
     }
 
     /// Deletes up to `limit` streams past their TTL (their chunks go with them).
-    pub async fn expire_streams(&self, now: i64, limit: i64, dry_run: bool) -> Result<u64, sqlx::Error> {
+    pub async fn expire_streams(
+        &self,
+        now: i64,
+        limit: i64,
+        dry_run: bool,
+    ) -> Result<u64, sqlx::Error> {
         if dry_run {
-            let n: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM streams WHERE expires_at <= $1")
-                .bind(now)
-                .fetch_one(&self.pool)
-                .await?;
+            let n: i64 = sqlx::query_scalar(
+                "SELECT CAST(COUNT(*) AS BIGINT) FROM streams WHERE expires_at <= $1",
+            )
+            .bind(now)
+            .fetch_one(&self.pool)
+            .await?;
             return Ok(n as u64);
         }
         let sql = format!(
@@ -136,11 +163,20 @@ impl Db {
         .bind(now)
         .execute(&self.pool)
         .await?;
-        Ok(sqlx::query(&sql).bind(now).bind(limit).execute(&self.pool).await?.rows_affected())
+        Ok(sqlx::query(&sql)
+            .bind(now)
+            .bind(limit)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
     }
 
     /// Blobs that a dry run would delete: unreferenced now or by expiry, past the grace period.
-    pub async fn count_collectable(&self, now: i64, cutoff: i64) -> Result<(u64, u64), sqlx::Error> {
+    pub async fn count_collectable(
+        &self,
+        now: i64,
+        cutoff: i64,
+    ) -> Result<(u64, u64), sqlx::Error> {
         let row = sqlx::query(
             "SELECT CAST(COUNT(*) AS BIGINT) AS n, CAST(COALESCE(SUM(size), 0) AS BIGINT) AS bytes FROM blobs b \
              WHERE b.state = 'live' AND COALESCE(b.unreferenced_since, $1) <= $2 \
@@ -150,7 +186,9 @@ impl Db {
         .bind(cutoff)
         .fetch_one(&self.pool)
         .await?;
-        Ok((row.try_get::<i64, _>("n")? as u64, row.try_get::<i64, _>("bytes")? as u64))
+        Ok((
+            row.try_get::<i64, _>("n")? as u64,
+            row.try_get::<i64, _>("bytes")? as u64,
+        ))
     }
 }
-

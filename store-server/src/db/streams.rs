@@ -112,20 +112,34 @@ impl Db {
     /// The stream if it belongs to `ns`.
     pub async fn get_stream(&self, ns: &str, id: &str) -> Result<Option<StreamRow>, sqlx::Error> {
         let sql = format!("SELECT {STREAM_COLS} FROM streams WHERE namespace = $1 AND id = $2");
-        let row = sqlx::query(&sql).bind(ns).bind(id).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&sql)
+            .bind(ns)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(stream_from_row).transpose()
     }
 
     /// Appends `data` at `offset`, which must equal the current size; re-sending bytes
     /// already stored there is a no-op.
-    pub async fn append_stream(&self, ns: &str, id: &str, offset: u64, data: &[u8]) -> Result<AppendOutcome, sqlx::Error> {
+    pub async fn append_stream(
+        &self,
+        ns: &str,
+        id: &str,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<AppendOutcome, sqlx::Error> {
         let Some(s) = self.get_stream(ns, id).await? else {
             return Ok(AppendOutcome::NotFound);
         };
         let end = offset.saturating_add(data.len() as u64);
         if offset < s.size || (offset == s.size && data.is_empty()) {
             if end <= s.size && self.read_stream(id, offset, end).await?.as_ref() == data {
-                return Ok(AppendOutcome::Stored { size: s.size, state: s.state, dropped: 0 });
+                return Ok(AppendOutcome::Stored {
+                    size: s.size,
+                    state: s.state,
+                    dropped: 0,
+                });
             }
             return Ok(AppendOutcome::OffsetMismatch(s.size));
         }
@@ -138,9 +152,16 @@ impl Db {
         let take = (s.max_bytes - s.size.min(s.max_bytes)).min(data.len() as u64) as usize;
         let part = &data[..take];
         let dropped = (data.len() - take) as u64;
-        let new_state = if dropped > 0 { StreamState::Capped } else { StreamState::Open };
+        let new_state = if dropped > 0 {
+            StreamState::Capped
+        } else {
+            StreamState::Open
+        };
         let newlines = s.newlines + memchr::memchr_iter(b'\n', part).count() as u64;
-        let last_byte = part.last().map(|&b| i64::from(b)).or(s.last_byte.map(i64::from));
+        let last_byte = part
+            .last()
+            .map(|&b| i64::from(b))
+            .or(s.last_byte.map(i64::from));
         let mut tx = self.pool.begin().await?;
         let moved = sqlx::query(
             "UPDATE streams SET size = $1, newlines = $2, last_byte = $3, state = $4 \
@@ -161,7 +182,9 @@ impl Db {
             let now = self.get_stream(ns, id).await?;
             return Ok(match now {
                 None => AppendOutcome::NotFound,
-                Some(n) if n.state != StreamState::Open && n.size == s.size => AppendOutcome::Closed(n.state),
+                Some(n) if n.state != StreamState::Open && n.size == s.size => {
+                    AppendOutcome::Closed(n.state)
+                }
                 Some(n) => AppendOutcome::OffsetMismatch(n.size),
             });
         }
@@ -175,7 +198,11 @@ impl Db {
                 .await?;
         }
         tx.commit().await?;
-        Ok(AppendOutcome::Stored { size: s.size + take as u64, state: new_state, dropped })
+        Ok(AppendOutcome::Stored {
+            size: s.size + take as u64,
+            state: new_state,
+            dropped,
+        })
     }
 
     /// Bytes `start..end` of a stream.
@@ -202,29 +229,51 @@ impl Db {
         Ok(out.freeze())
     }
 
-    async fn stream_checkpoint(&self, sql: &str, id: &str, v: u64) -> Result<Checkpoint, sqlx::Error> {
-        let row = sqlx::query(sql).bind(id).bind(to_i64(v)).fetch_optional(&self.pool).await?;
+    async fn stream_checkpoint(
+        &self,
+        sql: &str,
+        id: &str,
+        v: u64,
+    ) -> Result<Checkpoint, sqlx::Error> {
+        let row = sqlx::query(sql)
+            .bind(id)
+            .bind(to_i64(v))
+            .fetch_optional(&self.pool)
+            .await?;
         Ok(match row {
             Some(r) => Checkpoint {
                 offset: r.try_get::<i64, _>("start")? as u64,
                 newlines: r.try_get::<i64, _>("newlines")? as u64,
             },
-            None => Checkpoint { offset: 0, newlines: 0 },
+            None => Checkpoint {
+                offset: 0,
+                newlines: 0,
+            },
         })
     }
 
     /// The chunk start at or before `offset`, with the newlines before it.
-    pub async fn stream_checkpoint_for_offset(&self, id: &str, offset: u64) -> Result<Checkpoint, sqlx::Error> {
+    pub async fn stream_checkpoint_for_offset(
+        &self,
+        id: &str,
+        offset: u64,
+    ) -> Result<Checkpoint, sqlx::Error> {
         let sql = "SELECT start, newlines FROM stream_chunks WHERE stream_id = $1 AND start <= $2 \
                    ORDER BY start DESC LIMIT 1";
         self.stream_checkpoint(sql, id, offset).await
     }
 
     /// The last chunk start at or before the start of `line`.
-    pub async fn stream_checkpoint_for_line(&self, id: &str, line: u64) -> Result<Checkpoint, sqlx::Error> {
-        let sql = "SELECT start, newlines FROM stream_chunks WHERE stream_id = $1 AND newlines < $2 \
+    pub async fn stream_checkpoint_for_line(
+        &self,
+        id: &str,
+        line: u64,
+    ) -> Result<Checkpoint, sqlx::Error> {
+        let sql =
+            "SELECT start, newlines FROM stream_chunks WHERE stream_id = $1 AND newlines < $2 \
                    ORDER BY start DESC LIMIT 1";
-        self.stream_checkpoint(sql, id, line.saturating_sub(1)).await
+        self.stream_checkpoint(sql, id, line.saturating_sub(1))
+            .await
     }
 
     /// Stops appends: open or capped becomes sealed. Returns the row after.
@@ -247,7 +296,10 @@ impl Db {
             .await?
             .rows_affected();
         if n == 1 {
-            sqlx::query("DELETE FROM stream_chunks WHERE stream_id = $1").bind(id).execute(&mut *tx).await?;
+            sqlx::query("DELETE FROM stream_chunks WHERE stream_id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await
     }

@@ -15,14 +15,22 @@ pub struct TokenRow {
 
 impl Db {
     /// Stores a token's hash.
-    pub async fn insert_token(&self, hash: &str, namespace: &str, scopes: &[String], now: i64) -> Result<(), sqlx::Error> {
-        sqlx::query("INSERT INTO tokens (hash, namespace, scopes, created_at) VALUES ($1, $2, $3, $4)")
-            .bind(hash)
-            .bind(namespace)
-            .bind(scopes.join(" "))
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
+    pub async fn insert_token(
+        &self,
+        hash: &str,
+        namespace: &str,
+        scopes: &[String],
+        now: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO tokens (hash, namespace, scopes, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(hash)
+        .bind(namespace)
+        .bind(scopes.join(" "))
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 
@@ -32,19 +40,20 @@ impl Db {
             .bind(hash)
             .fetch_optional(&self.pool)
             .await?;
-        Ok(row
-            .map(|r| -> Result<_, sqlx::Error> {
-                let scopes: String = r.try_get("scopes")?;
-                Ok(TokenRow {
-                    namespace: r.try_get("namespace")?,
-                    scopes: scopes.split_whitespace().map(str::to_owned).collect(),
-                })
+        row.map(|r| -> Result<_, sqlx::Error> {
+            let scopes: String = r.try_get("scopes")?;
+            Ok(TokenRow {
+                namespace: r.try_get("namespace")?,
+                scopes: scopes.split_whitespace().map(str::to_owned).collect(),
             })
-            .transpose()?)
+        })
+        .transpose()
     }
 
     /// How many tokens exist (the first start creates one when there are none).
     pub async fn count_tokens(&self) -> Result<i64, sqlx::Error> {
-        sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM tokens").fetch_one(&self.pool).await
+        sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM tokens")
+            .fetch_one(&self.pool)
+            .await
     }
 }

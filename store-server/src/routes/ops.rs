@@ -15,15 +15,32 @@ use crate::state::AppState;
 /// The OpenAPI 3 description of every `/v1` route, generated from the handlers.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Spillway store", description = "Content-addressed spill store for AI agents' tool outputs"),
-    paths(
-        super::blobs::put_blob, super::blobs::post_blob, super::blobs::head_blob, super::blobs::get_blob,
-        super::blobs::pin_blob, super::blobs::unpin_blob, super::blobs::delete_blob,
-        super::read::read_blob, super::read::grep_blob, super::refs::list_refs,
-        super::streams::create_stream, super::streams::get_stream, super::streams::append_stream,
-        super::streams::read_stream, super::streams::seal_stream,
+    info(
+        title = "Spillway store",
+        description = "Content-addressed spill store for AI agents' tool outputs"
     ),
-    components(schemas(spillway_api::ErrorBody, spillway_api::ErrorCode, spillway_api::ErrorDetail))
+    paths(
+        super::blobs::put_blob,
+        super::blobs::post_blob,
+        super::blobs::head_blob,
+        super::blobs::get_blob,
+        super::blobs::pin_blob,
+        super::blobs::unpin_blob,
+        super::blobs::delete_blob,
+        super::read::read_blob,
+        super::read::grep_blob,
+        super::refs::list_refs,
+        super::streams::create_stream,
+        super::streams::get_stream,
+        super::streams::append_stream,
+        super::streams::read_stream,
+        super::streams::seal_stream,
+    ),
+    components(schemas(
+        spillway_api::ErrorBody,
+        spillway_api::ErrorCode,
+        spillway_api::ErrorDetail
+    ))
 )]
 pub struct ApiDoc;
 
@@ -51,7 +68,8 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
         (Ok(()), Ok(())) => (StatusCode::OK, "ready\n").into_response(),
         (db, blobs) => {
             tracing::warn!(db = ?db.err(), blobs = ?blobs.err(), "not ready");
-            crate::error::ApiError::Unavailable("database or blob store unreachable".into()).into_response()
+            crate::error::ApiError::Unavailable("database or blob store unreachable".into())
+                .into_response()
         }
     }
 }

@@ -10,17 +10,20 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 use serde::Deserialize;
-use spillway_api::{AppendResponse, BlobRecord, Labels, ReadPage, StreamCreated, StreamInfo, StreamState, MAX_WAIT_MS};
+use spillway_api::{
+    AppendResponse, BlobRecord, Labels, ReadPage, StreamCreated, StreamInfo, StreamState,
+    MAX_WAIT_MS,
+};
 
 use super::read::{page_of, BlobSource, ReadQuery};
 use super::{RefOptions, Q};
 use crate::auth::{Caller, Scope};
 use crate::db::{AppendOutcome, Db, StreamRow};
 use crate::error::{src_err, ApiError, ApiResult};
-use spillway_api::paging::lines::Checkpoint;
-use spillway_api::paging::{PageResult, Source};
 use crate::state::AppState;
 use crate::upload::{self, RefSpec};
+use spillway_api::paging::lines::Checkpoint;
+use spillway_api::paging::{PageResult, Source};
 
 /// Largest body one append may carry.
 const MAX_APPEND: usize = 16 << 20;
@@ -30,10 +33,17 @@ const POLL_EVERY: Duration = Duration::from_millis(100);
 const SEAL_READ: u64 = 4 << 20;
 
 fn check_id(id: &str) -> ApiResult<()> {
-    if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+    if id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
         Ok(())
     } else {
-        Err(ApiError::InvalidArgument(format!("invalid stream id {:?}", id.chars().take(80).collect::<String>())))
+        Err(ApiError::InvalidArgument(format!(
+            "invalid stream id {:?}",
+            id.chars().take(80).collect::<String>()
+        )))
     }
 }
 
@@ -69,17 +79,33 @@ pub(super) async fn create_stream(
     let cap = state.config.max_stream_bytes;
     let max_bytes = opts.max_bytes.unwrap_or(cap);
     if max_bytes == 0 || max_bytes > cap {
-        return Err(ApiError::InvalidArgument(format!("max_bytes must be 1 to {cap}")));
+        return Err(ApiError::InvalidArgument(format!(
+            "max_bytes must be 1 to {cap}"
+        )));
     }
     let id = uuid::Uuid::new_v4().simple().to_string();
     let labels = serde_json::to_string(&opts.labels).map_err(ApiError::internal)?;
-    state.db.create_stream(&id, &caller.namespace, &labels, ttl_ms, max_bytes, state.now()).await?;
+    state
+        .db
+        .create_stream(
+            &id,
+            &caller.namespace,
+            &labels,
+            ttl_ms,
+            max_bytes,
+            state.now(),
+        )
+        .await?;
     Ok((StatusCode::CREATED, Json(StreamCreated { id, max_bytes })).into_response())
 }
 
 /// `GET /v1/streams/{id}`.
 #[utoipa::path(get, path = "/v1/streams/{id}", params(("id" = String, Path)), responses((status = 200, body = StreamInfo)))]
-pub(super) async fn get_stream(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> ApiResult<Json<StreamInfo>> {
+pub(super) async fn get_stream(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<StreamInfo>> {
     caller.require(Scope::Read)?;
     Ok(Json(info(&find(&state, &caller, &id).await?)))
 }
@@ -107,8 +133,16 @@ pub(super) async fn append_stream(
     let data = axum::body::to_bytes(body, MAX_APPEND)
         .await
         .map_err(|_| ApiError::TooLarge(MAX_APPEND as u64))?;
-    match state.db.append_stream(&caller.namespace, &id, q.offset, &data).await? {
-        AppendOutcome::Stored { size, state: st, dropped } => {
+    match state
+        .db
+        .append_stream(&caller.namespace, &id, q.offset, &data)
+        .await?
+    {
+        AppendOutcome::Stored {
+            size,
+            state: st,
+            dropped,
+        } => {
             state.stream_waiters.wake(&id);
             metrics::counter!("spillway_bytes_in_total").increment(data.len() as u64 - dropped);
             if dropped > 0 {
@@ -118,7 +152,10 @@ pub(super) async fn append_stream(
             Ok(Json(AppendResponse { size, state: st }))
         }
         AppendOutcome::NotFound => Err(ApiError::NotFound(format!("stream {id}"))),
-        AppendOutcome::OffsetMismatch(size) => Err(ApiError::OffsetMismatch { given: q.offset, size }),
+        AppendOutcome::OffsetMismatch(size) => Err(ApiError::OffsetMismatch {
+            given: q.offset,
+            size,
+        }),
         AppendOutcome::Closed(st) => Err(ApiError::StreamClosed(st.as_str())),
     }
 }
@@ -141,7 +178,11 @@ impl Source for StreamSource {
         None
     }
     async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint> {
-        src_err(self.db.stream_checkpoint_for_offset(&self.row.id, offset).await)
+        src_err(
+            self.db
+                .stream_checkpoint_for_offset(&self.row.id, offset)
+                .await,
+        )
     }
     async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint> {
         src_err(self.db.stream_checkpoint_for_line(&self.row.id, line).await)
@@ -170,11 +211,16 @@ pub(super) async fn read_stream(
     caller.require(Scope::Read)?;
     let wait = q.wait_ms().unwrap_or(0);
     if wait > MAX_WAIT_MS {
-        return Err(ApiError::InvalidArgument(format!("wait_ms must be at most {MAX_WAIT_MS}")));
+        return Err(ApiError::InvalidArgument(format!(
+            "wait_ms must be at most {MAX_WAIT_MS}"
+        )));
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(wait);
     let mut row = find(&state, &caller, &id).await?;
-    while row.state == StreamState::Open && !has_data_for(&row, &q) && tokio::time::Instant::now() < deadline {
+    while row.state == StreamState::Open
+        && !has_data_for(&row, &q)
+        && tokio::time::Instant::now() < deadline
+    {
         let notify = state.stream_waiters.get(&id);
         let woken = notify.notified();
         row = find(&state, &caller, &id).await?;
@@ -197,13 +243,20 @@ pub(super) async fn read_stream(
         page.digest = Some(format!("blake3:{digest}"));
         return Ok(Json(page));
     }
-    let src = StreamSource { db: state.db.clone(), row };
+    let src = StreamSource {
+        db: state.db.clone(),
+        row,
+    };
     Ok(Json(page_of(&src, &q).await?))
 }
 
 /// `POST /v1/streams/{id}/seal`: the stream's content becomes a blob in the namespace.
 #[utoipa::path(post, path = "/v1/streams/{id}/seal", params(("id" = String, Path)), responses((status = 201, body = BlobRecord), (status = 200, body = BlobRecord)))]
-pub(super) async fn seal_stream(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> ApiResult<Response> {
+pub(super) async fn seal_stream(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
     caller.require(Scope::Write)?;
     find(&state, &caller, &id).await?;
     let row = state
@@ -219,7 +272,9 @@ pub(super) async fn seal_stream(State(state): State<AppState>, caller: Caller, P
             .await?
             .ok_or_else(|| ApiError::NotFound(format!("sealed blob of stream {id}")))?;
         let record = BlobRecord {
-            digest: format!("blake3:{digest}").parse().map_err(ApiError::internal)?,
+            digest: format!("blake3:{digest}")
+                .parse()
+                .map_err(ApiError::internal)?,
             sha256: format!("sha256:{}", blob.sha256),
             size: blob.size,
             lines: blob.lines,
@@ -229,7 +284,11 @@ pub(super) async fn seal_stream(State(state): State<AppState>, caller: Caller, P
         return Ok((StatusCode::OK, Json(record)).into_response());
     }
     let labels: Labels = serde_json::from_str(&row.labels).unwrap_or_default();
-    let spec = RefSpec { namespace: caller.namespace.clone(), labels, ttl_ms: Some(row.ttl_ms) };
+    let spec = RefSpec {
+        namespace: caller.namespace.clone(),
+        labels,
+        ttl_ms: Some(row.ttl_ms),
+    };
     let db = state.db.clone();
     let (sid, size) = (row.id.clone(), row.size);
     let body = futures::stream::try_unfold(0u64, move |pos| {
@@ -248,9 +307,18 @@ pub(super) async fn seal_stream(State(state): State<AppState>, caller: Caller, P
     });
     let stored = upload::store(&state, None, &spec, body).await?;
     if stored.record.size != row.size {
-        return Err(ApiError::Unavailable("the stream changed while it was sealed; retry".into()));
+        return Err(ApiError::Unavailable(
+            "the stream changed while it was sealed; retry".into(),
+        ));
     }
-    state.db.finish_seal(&id, &stored.record.digest.hex()).await?;
-    let status = if stored.record.deduplicated { StatusCode::OK } else { StatusCode::CREATED };
+    state
+        .db
+        .finish_seal(&id, &stored.record.digest.hex())
+        .await?;
+    let status = if stored.record.deduplicated {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
     Ok((status, Json(stored.record)).into_response())
 }

@@ -2,9 +2,9 @@
 //! real client.
 
 mod blobs;
-mod support;
-mod read;
-mod streams;
-mod ops;
-mod retention;
 mod crash;
+mod ops;
+mod read;
+mod retention;
+mod streams;
+mod support;

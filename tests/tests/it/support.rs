@@ -31,7 +31,9 @@ pub fn files_under(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in rd.flatten() {
             let p = e.path();
             if p.is_dir() {
@@ -46,9 +48,14 @@ pub fn files_under(dir: &std::path::Path) -> Vec<PathBuf> {
 
 pub fn api_code(err: &spillway_client::ClientError) -> (u16, String) {
     match err {
-        spillway_client::ClientError::Api { status, code, .. } => {
-            (*status, serde_json::to_value(code).unwrap().as_str().unwrap_or_default().to_owned())
-        }
+        spillway_client::ClientError::Api { status, code, .. } => (
+            *status,
+            serde_json::to_value(code)
+                .unwrap()
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        ),
         other => panic!("expected an API error, got {other}"),
     }
 }
