@@ -11,6 +11,8 @@ use crate::auth::{create_token, Scope};
 use crate::clock::ManualClock;
 use crate::{AppState, Config};
 
+pub use crate::testing_backend::serve_s3;
+
 /// Every scope.
 pub const ALL: &[Scope] = &[Scope::Read, Scope::Write, Scope::Admin];
 
@@ -47,12 +49,15 @@ impl TestServer {
         let mut config = Config::new(dir.path().join("data"));
         crate::testing_backend::configure(&mut config).await;
         tune(&mut config);
-        Self::start_in(config, dir).await
+        Self::start_in(config, dir, ManualClock::default()).await
     }
 
-    /// Another server over the same configuration (a replica, or a restart).
-    pub async fn start_in(config: Config, dir: Arc<TempDir>) -> Self {
-        let clock = ManualClock::default();
+    /// Another replica: same database, same blob store, same clock.
+    pub async fn replica(&self) -> Self {
+        Self::start_in(self.config(), self.dir.clone(), self.clock.clone()).await
+    }
+
+    async fn start_in(config: Config, dir: Arc<TempDir>, clock: ManualClock) -> Self {
         let state = crate::build_state(config, Arc::new(clock.clone()))
             .await
             .expect("server state");

@@ -1,6 +1,90 @@
-//! Backend selection of the test kit.
+//! Backend selection of the test kit. With `SPILLWAY_TEST_BACKEND=postgres-s3`, each test
+//! server gets a fresh database on the PostgreSQL server named by
+//! `SPILLWAY_TEST_DATABASE_URL`, and a fresh bucket on an S3 protocol server (`s3s` over
+//! `s3s-fs`) that this process runs on loopback.
+
+use std::sync::OnceLock;
+
+use sqlx::Connection;
 
 use crate::Config;
 
+const ACCESS_KEY: &str = "spillway-test";
+const SECRET_KEY: &str = "spillway-test-secret";
+
+struct S3Server {
+    endpoint: String,
+    root: std::path::PathBuf,
+}
+
+static S3: OnceLock<S3Server> = OnceLock::new();
+
+/// The process's S3 test server, started on first use on a thread of its own (each test has
+/// its own runtime; the server must outlive them all).
+fn s3_server() -> &'static S3Server {
+    S3.get_or_init(|| {
+        let root = std::env::temp_dir().join(format!("spillway-s3-{}", std::process::id()));
+        std::fs::create_dir_all(&root).expect("s3 root");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let fs_root = root.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind s3");
+                tx.send(listener.local_addr().expect("addr")).expect("send addr");
+                serve_s3(listener, fs_root).await;
+            });
+        });
+        let addr = rx.recv().expect("s3 server started");
+        let endpoint = format!("http://{addr}");
+        // object_store's S3 client reads these (the contract's AWS_* configuration).
+        // SAFETY: set once, before any S3 client of this process is built.
+        unsafe {
+            std::env::set_var("AWS_ENDPOINT", &endpoint);
+            std::env::set_var("AWS_ACCESS_KEY_ID", ACCESS_KEY);
+            std::env::set_var("AWS_SECRET_ACCESS_KEY", SECRET_KEY);
+            std::env::set_var("AWS_REGION", "us-east-1");
+            std::env::set_var("AWS_ALLOW_HTTP", "true");
+        }
+        S3Server { endpoint, root }
+    })
+}
+
+/// Serves the S3 protocol over `root` on `listener` until the process ends.
+pub async fn serve_s3(listener: tokio::net::TcpListener, root: std::path::PathBuf) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let fs = s3s_fs::FileSystem::new(root).expect("s3s-fs");
+    let mut b = s3s::service::S3ServiceBuilder::new(fs);
+    b.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
+    let service = b.build();
+    let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    loop {
+        let Ok((socket, _)) = listener.accept().await else { continue };
+        let _ = socket.set_nodelay(true);
+        let conn = http.serve_connection(TokioIo::new(socket), service.clone()).into_owned();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+}
+
 /// Points `config` at the backends of this test run.
-pub(crate) async fn configure(_config: &mut Config) {}
+pub(crate) async fn configure(config: &mut Config) {
+    if !crate::testing::is_remote() {
+        return;
+    }
+    let admin = std::env::var("SPILLWAY_TEST_DATABASE_URL")
+        .expect("SPILLWAY_TEST_DATABASE_URL (postgres://…/postgres) for the postgres-s3 backend");
+    let name = format!("spw_{}", uuid::Uuid::new_v4().simple());
+    sqlx::any::install_default_drivers();
+    let mut conn = sqlx::AnyConnection::connect(&admin).await.expect("connect to PostgreSQL");
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.expect("create database");
+    conn.close().await.ok();
+    let (base, _) = admin.rsplit_once('/').expect("database URL with a path");
+    config.database_url = Some(format!("{base}/{name}"));
+    let s3 = s3_server();
+    let bucket = format!("b{}", uuid::Uuid::new_v4().simple());
+    std::fs::create_dir_all(s3.root.join(&bucket)).expect("bucket");
+    config.blob_store = Some(format!("s3://{bucket}/spill"));
+    tracing::debug!(endpoint = %s3.endpoint, %bucket, "test backend: postgres + s3");
+}

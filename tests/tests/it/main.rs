@@ -8,3 +8,4 @@ mod read;
 mod retention;
 mod streams;
 mod support;
+mod replicas;
