@@ -1,0 +1,77 @@
+//! CPU-side costs that no I/O hides: page cutting, line lookup, truncation, and the per-turn
+//! gate over 15 results of 100 KB (target: ≤ 10 ms beside its I/O).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion};
+use spillway_api::paging::lines::{Checkpoint, LineIndex, LineIndexBuilder};
+use spillway_api::paging::{self, PageResult, Source};
+use spillway_client::gate::{Gate, TurnResult};
+use spillway_client::spill::{Deadline, Location, SpillTarget, SpillWriter};
+use spillway_client::truncate::{self, Sample, Strategy};
+
+struct Mem {
+    data: Bytes,
+    index: LineIndex,
+    lines: u64,
+}
+
+#[async_trait]
+impl Source for Mem {
+    fn size(&self) -> u64 {
+        self.data.len() as u64
+    }
+    fn total_lines(&self) -> u64 {
+        self.lines
+    }
+    fn digest(&self) -> Option<String> {
+        None
+    }
+    async fn checkpoint_for_offset(&self, o: u64) -> PageResult<Checkpoint> {
+        Ok(self.index.for_offset(o))
+    }
+    async fn checkpoint_for_line(&self, l: u64) -> PageResult<Checkpoint> {
+        Ok(self.index.for_line(l))
+    }
+    async fn read(&self, s: u64, e: u64) -> PageResult<Bytes> {
+        Ok(self.data.slice(s as usize..e as usize))
+    }
+}
+
+/// A spill target that stores nothing: the gate's own work, without its I/O.
+#[derive(Debug)]
+struct Null;
+
+#[async_trait]
+impl SpillTarget for Null {
+    async fn begin(&self, _: &[(String, String)]) -> spillway_client::Result<Box<dyn SpillWriter>> {
+        unreachable!("the gate saves whole results")
+    }
+    async fn save(&self, data: Bytes, _: &[(String, String)], _: &mut Deadline) -> spillway_client::Result<Location> {
+        Ok(Location::Store { digest: spillway_api::Digest::of(&data).to_string() })
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let text: String = (1..=1_000_000).map(|i| format!("log line {i:>9} status=ok\n")).collect();
+    let mut b = LineIndexBuilder::default();
+    b.update(text.as_bytes());
+    let lines = b.lines();
+    let src = Mem { data: Bytes::from(text.clone()), index: b.finish(), lines };
+    c.bench_function("line_page_at_1", |bn| bn.iter(|| rt.block_on(paging::line_page(&src, 1, 100)).unwrap()));
+    c.bench_function("line_page_at_999000", |bn| bn.iter(|| rt.block_on(paging::line_page(&src, 999_000, 100)).unwrap()));
+    c.bench_function("byte_page_100k", |bn| bn.iter(|| rt.block_on(paging::byte_page(&src, 12_345_678, 100_000)).unwrap()));
+    let mb = &text.as_bytes()[..4 << 20];
+    c.bench_function("head_tail_preview_4mib", |bn| {
+        bn.iter(|| truncate::preview(&Sample::whole(mb), 100_000, Strategy::default()).unwrap())
+    });
+    let gate = Gate::new(Arc::new(Null));
+    let turn: Vec<TurnResult> = (0..15).map(|i| TurnResult::Text(text[i * 100_000..(i + 1) * 100_000].to_owned())).collect();
+    c.bench_function("gate_15_x_100kb", |bn| bn.iter(|| rt.block_on(gate.apply(turn.clone()))));
+}
+
+criterion_group!(cpu, benches);
+criterion_main!(cpu);

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Side-by-side benchmarks on loopback: spillway-server (embedded default: SQLite + local disk,
+# every upload hashed, verified and fsynced) against nginx serving files with WebDAV PUT.
+# Prints one JSON line per run and, at the end, a markdown table of ratios.
+# Usage: bench/run.sh [quick]        (needs nginx: apt-get install nginx)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=${1:-}
+cargo build --release -q -p spillway-server -p spillway-bench
+work=${BENCH_DIR:-/tmp/spillway-bench}
+rm -rf "$work" && mkdir -p "$work/nginx/root/dav" "$work/nginx/tmp"
+load=target/release/spillway-load
+
+cat > "$work/nginx/nginx.conf" <<CONF
+user root;
+worker_processes 2;
+daemon off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush off;
+  tcp_nodelay on;
+  client_body_temp_path $work/nginx/tmp;
+  client_max_body_size 0;
+  keepalive_requests 100000;
+  server {
+    listen 127.0.0.1:18080;
+    root $work/nginx/root;
+    location /dav/ { dav_methods PUT; create_full_put_path on; }
+  }
+}
+CONF
+nginx -c "$work/nginx/nginx.conf" &
+ngx=$!
+SPILLWAY_DATA_DIR="$work/spw" SPILLWAY_LISTEN=127.0.0.1:17745 RUST_LOG=warn target/release/spillway-server &
+spw=$!
+trap 'kill $ngx $spw 2>/dev/null; wait 2>/dev/null' EXIT
+for _ in $(seq 100); do
+  if [ -f "$work/spw/token" ] && curl -s -o /dev/null http://127.0.0.1:17745/healthz && curl -s -o /dev/null http://127.0.0.1:18080/; then break; fi
+  sleep 0.1
+done
+export SPILLWAY_TOKEN=$(cat "$work/spw/token")
+S="$load --target spillway --url http://127.0.0.1:17745"
+N="$load --target nginx --url http://127.0.0.1:18080/dav"
+out="$work/results.jsonl"
+: > "$out"
+pair() { # label, concurrency, op args...
+  local label=$1 c=$2; shift 2
+  $S --concurrency "$c" --label "spillway $label" "$@" | tee -a "$out"
+  $N --concurrency "$c" --label "nginx $label" "$@" | tee -a "$out"
+}
+n1=200; n16=24; n4=5000; secs=10; gets=20
+[ "$quick" = quick ] && { n1=40; n16=8; n4=1000; secs=3; gets=5; }
+pair "PUT 1 MiB sequential" 1 put --size 1048576 --count $n1
+pair "PUT 1 MiB 8 concurrent" 8 put --size 1048576 --count $((n1 * 2))
+pair "PUT 16 MiB sequential" 1 put --size 16777216 --count $n16
+pair "PUT 16 MiB 8 concurrent" 8 put --size 16777216 --count $((n16 * 2))
+pair "PUT 4 KiB 16 connections" 16 put --size 4096 --count $n4
+sd=$($S seed --size 52428800); sn=$($N seed --size 52428800)
+$S --concurrency 16 --label "spillway capped 100 KB read, 16 connections" range --name "$sd" --size 52428800 --secs $secs | tee -a "$out"
+$N --concurrency 16 --label "nginx 100 KB Range GET, 16 connections" range --name "$sn" --size 52428800 --secs $secs | tee -a "$out"
+$S --label "spillway full GET 50 MiB" get --name "$sd" --count $gets | tee -a "$out"
+$N --label "nginx full GET 50 MiB" get --name "$sn" --count $gets | tee -a "$out"
+lines=$($S seed --size 1000000 --lines)
+$S --label "spillway line page at line 1" line --name "$lines" --line 1 --count 300 | tee -a "$out"
+$S --label "spillway line page at line 999000" line --name "$lines" --line 999000 --count 300 | tee -a "$out"
+python3 bench/table.py "$out"

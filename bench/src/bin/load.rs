@@ -1,0 +1,261 @@
+//! `spillway-load`: drives `spillway-server` and, for comparison, nginx (WebDAV PUT, Range GET)
+//! or an S3 server, with the same request mix on loopback. Prints one JSON line per run.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::{Parser, Subcommand, ValueEnum};
+use spillway_bench::Stats;
+
+#[derive(Parser)]
+struct Cli {
+    /// Which server the requests go to.
+    #[arg(long, value_enum)]
+    target: Target,
+    /// Base URL (`http://127.0.0.1:7745` for spillway, `http://127.0.0.1:8080/dav` for nginx).
+    #[arg(long)]
+    url: String,
+    /// Bearer token (spillway).
+    #[arg(long, env = "SPILLWAY_TOKEN", default_value = "")]
+    token: String,
+    /// Concurrent connections.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// Label printed with the figures.
+    #[arg(long, default_value = "")]
+    label: String,
+    #[command(subcommand)]
+    op: Op,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum Target {
+    Spillway,
+    Nginx,
+}
+
+#[derive(Subcommand)]
+enum Op {
+    /// Upload `count` distinct bodies of `size` bytes.
+    Put {
+        #[arg(long)]
+        size: usize,
+        #[arg(long)]
+        count: usize,
+    },
+    /// Upload one blob of `size` bytes (distinct content per run) and print its name.
+    Seed {
+        #[arg(long)]
+        size: usize,
+        /// Numbered lines instead of random bytes.
+        #[arg(long)]
+        lines: bool,
+    },
+    /// Capped 100,000-byte reads at random offsets of `name` for `secs` seconds.
+    Range {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        size: u64,
+        #[arg(long, default_value_t = 10)]
+        secs: u64,
+    },
+    /// Full downloads of `name`, `count` times.
+    Get {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        count: usize,
+    },
+    /// Line pages at `line` of `name`, `count` times.
+    Line {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        line: u64,
+        #[arg(long, default_value_t = 100)]
+        lines: u64,
+        #[arg(long)]
+        count: usize,
+    },
+}
+
+struct Ctx {
+    http: reqwest::Client,
+    target: Target,
+    url: String,
+    token: String,
+}
+
+impl Ctx {
+    fn auth(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        if self.target == Target::Spillway {
+            r.bearer_auth(&self.token)
+        } else {
+            r
+        }
+    }
+
+    async fn put(&self, name: &str, body: Bytes) -> anyhow::Result<String> {
+        let r = match self.target {
+            Target::Spillway => self.auth(self.http.post(format!("{}/v1/blobs", self.url))),
+            Target::Nginx => self.http.put(format!("{}/{name}", self.url)),
+        };
+        let resp = r.body(body).send().await?;
+        anyhow::ensure!(resp.status().is_success(), "PUT {}", resp.status());
+        Ok(match self.target {
+            Target::Spillway => resp.json::<serde_json::Value>().await?["digest"].as_str().unwrap_or_default().to_owned(),
+            Target::Nginx => {
+                resp.bytes().await?;
+                name.to_owned()
+            }
+        })
+    }
+
+    async fn range(&self, name: &str, offset: u64, len: u64) -> anyhow::Result<u64> {
+        let resp = match self.target {
+            Target::Spillway => {
+                let url = format!("{}/v1/blobs/{name}/read?offset={offset}&limit={len}", self.url);
+                self.auth(self.http.get(url)).send().await?
+            }
+            Target::Nginx => {
+                let range = format!("bytes={offset}-{}", offset + len - 1);
+                self.http.get(format!("{}/{name}", self.url)).header("Range", range).send().await?
+            }
+        };
+        anyhow::ensure!(resp.status().is_success(), "range {}", resp.status());
+        Ok(resp.bytes().await?.len() as u64)
+    }
+
+    async fn get(&self, name: &str) -> anyhow::Result<u64> {
+        let url = match self.target {
+            Target::Spillway => format!("{}/v1/blobs/{name}", self.url),
+            Target::Nginx => format!("{}/{name}", self.url),
+        };
+        let mut resp = self.auth(self.http.get(url)).send().await?;
+        anyhow::ensure!(resp.status().is_success(), "get {}", resp.status());
+        let mut n = 0;
+        while let Some(c) = resp.chunk().await? {
+            n += c.len() as u64;
+        }
+        Ok(n)
+    }
+}
+
+fn body(size: usize, seq: u64, salt: u64) -> Bytes {
+    let mut v = vec![0u8; size];
+    let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt;
+    for chunk in v.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+    Bytes::from(v)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let http = reqwest::Client::builder().tcp_nodelay(true).pool_max_idle_per_host(256).build()?;
+    let ctx = Arc::new(Ctx { http, target: cli.target, url: cli.url.trim_end_matches('/').to_owned(), token: cli.token });
+    let salt = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64;
+    let conc = cli.concurrency.max(1);
+    match cli.op {
+        Op::Seed { size, lines } => {
+            let data = if lines {
+                let n = size;
+                Bytes::from((1..=n).map(|i| format!("log line {i:>9} {salt}\n")).collect::<String>())
+            } else {
+                body(size, 0, salt)
+            };
+            let name = format!("seed-{salt}");
+            println!("{}", ctx.put(&name, data).await?);
+            return Ok(());
+        }
+        op => {
+            let next = Arc::new(AtomicU64::new(0));
+            let start = Instant::now();
+            let mut tasks = Vec::new();
+            for _ in 0..conc {
+                let ctx = ctx.clone();
+                let next = next.clone();
+                let op = match &op {
+                    Op::Put { size, count } => Work::Put(*size, *count as u64),
+                    Op::Range { name, size, secs } => Work::Range(name.clone(), *size, Duration::from_secs(*secs)),
+                    Op::Get { name, count } => Work::Get(name.clone(), *count as u64),
+                    Op::Line { name, line, lines, count } => Work::Line(name.clone(), *line, *lines, *count as u64),
+                    Op::Seed { .. } => unreachable!(),
+                };
+                tasks.push(tokio::spawn(async move { run(&ctx, op, &next, salt, start).await }));
+            }
+            let mut lat = Vec::new();
+            let mut bytes = 0;
+            for t in tasks {
+                let (l, b) = t.await??;
+                lat.extend(l);
+                bytes += b;
+            }
+            let stats = Stats::new(lat, bytes, start.elapsed());
+            println!("{}", stats.json(&cli.label));
+        }
+    }
+    Ok(())
+}
+
+enum Work {
+    Put(usize, u64),
+    Range(String, u64, Duration),
+    Get(String, u64),
+    Line(String, u64, u64, u64),
+}
+
+async fn run(ctx: &Ctx, w: Work, next: &AtomicU64, salt: u64, start: Instant) -> anyhow::Result<(Vec<Duration>, u64)> {
+    let mut lat = Vec::new();
+    let mut bytes = 0u64;
+    let mut rng = salt ^ (next.fetch_add(0, Ordering::Relaxed) + 1);
+    loop {
+        let t0 = Instant::now();
+        match &w {
+            Work::Put(size, count) => {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= *count {
+                    break;
+                }
+                let data = body(*size, i, salt);
+                ctx.put(&format!("b-{salt}-{i}"), data).await?;
+                bytes += *size as u64;
+            }
+            Work::Range(name, size, secs) => {
+                if start.elapsed() >= *secs {
+                    break;
+                }
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let offset = rng % (size - 100_000);
+                bytes += ctx.range(name, offset, 100_000).await?;
+            }
+            Work::Get(name, count) => {
+                if next.fetch_add(1, Ordering::Relaxed) >= *count {
+                    break;
+                }
+                bytes += ctx.get(name).await?;
+            }
+            Work::Line(name, line, lines, count) => {
+                if next.fetch_add(1, Ordering::Relaxed) >= *count {
+                    break;
+                }
+                let url = format!("{}/v1/blobs/{name}/read?line={line}&lines={lines}", ctx.url);
+                let resp = ctx.auth(ctx.http.get(url)).send().await?;
+                anyhow::ensure!(resp.status().is_success(), "line {}", resp.status());
+                bytes += resp.bytes().await?.len() as u64;
+            }
+        }
+        lat.push(t0.elapsed());
+    }
+    Ok((lat, bytes))
+}
