@@ -59,11 +59,12 @@ pair "PUT 1 MiB 8 concurrent" 8 put --size 1048576 --count $((n1 * 2))
 pair "PUT 16 MiB sequential" 1 put --size 16777216 --count $n16
 pair "PUT 16 MiB 8 concurrent" 8 put --size 16777216 --count $((n16 * 2))
 pair "PUT 4 KiB 16 connections" 16 put --size 4096 --count $n4
-sd=$($S seed --size 52428800); sn=$($N seed --size 52428800)
-$S --concurrency 16 --label "spillway capped 100 KB read, 16 connections" range --name "$sd" --size 52428800 --secs $secs | tee -a "$out"
-$N --concurrency 16 --label "nginx 100 KB Range GET, 16 connections" range --name "$sn" --size 52428800 --secs $secs | tee -a "$out"
-$S --label "spillway full GET 50 MiB" get --name "$sd" --count $gets | tee -a "$out"
-$N --label "nginx full GET 50 MiB" get --name "$sn" --count $gets | tee -a "$out"
+# A 50 MiB log (text, 1.3M lines), the kind of blob the read API pages through.
+sd=$($S seed --size 1300000 --lines); sn=$($N seed --size 1300000 --lines)
+$S --concurrency 16 --label "spillway capped 100 KB read, 16 connections" range --name "$sd" --size 50000000 --secs $secs | tee -a "$out"
+$N --concurrency 16 --label "nginx 100 KB Range GET, 16 connections" range --name "$sn" --size 50000000 --secs $secs | tee -a "$out"
+$S --label "spillway full GET 50 MB" get --name "$sd" --count $gets | tee -a "$out"
+$N --label "nginx full GET 50 MB" get --name "$sn" --count $gets | tee -a "$out"
 lines=$($S seed --size 1000000 --lines)
 $S --label "spillway line page at line 1" line --name "$lines" --line 1 --count 300 | tee -a "$out"
 $S --label "spillway line page at line 999000" line --name "$lines" --line 999000 --count 300 | tee -a "$out"

@@ -10,7 +10,7 @@ for r in rows:
         continue
     name = r["label"][len("spillway "):]
     other = by.get("nginx " + name) or by.get("nginx " + name.replace("capped 100 KB read", "100 KB Range GET"))
-    if "PUT" in name or "GET 50" in name:
+    if "PUT" in name or "full GET" in name:
         metric = "mib_per_s"
         unit = "MiB/s"
     else:

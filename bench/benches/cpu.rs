@@ -62,14 +62,19 @@ fn benches(c: &mut Criterion) {
     let lines = b.lines();
     let src = Mem { data: Bytes::from(text.clone()), index: b.finish(), lines };
     c.bench_function("line_page_at_1", |bn| bn.iter(|| rt.block_on(paging::line_page(&src, 1, 100)).unwrap()));
-    c.bench_function("line_page_at_999000", |bn| bn.iter(|| rt.block_on(paging::line_page(&src, 999_000, 100)).unwrap()));
-    c.bench_function("byte_page_100k", |bn| bn.iter(|| rt.block_on(paging::byte_page(&src, 12_345_678, 100_000)).unwrap()));
+    c.bench_function("line_page_at_999000", |bn| {
+        bn.iter(|| rt.block_on(paging::line_page(&src, 999_000, 100)).unwrap())
+    });
+    c.bench_function("byte_page_100k", |bn| {
+        bn.iter(|| rt.block_on(paging::byte_page(&src, 12_345_678, 100_000)).unwrap())
+    });
     let mb = &text.as_bytes()[..4 << 20];
     c.bench_function("head_tail_preview_4mib", |bn| {
         bn.iter(|| truncate::preview(&Sample::whole(mb), 100_000, Strategy::default()).unwrap())
     });
     let gate = Gate::new(Arc::new(Null));
-    let turn: Vec<TurnResult> = (0..15).map(|i| TurnResult::Text(text[i * 100_000..(i + 1) * 100_000].to_owned())).collect();
+    let turn: Vec<TurnResult> =
+        (0..15).map(|i| TurnResult::Text(text[i * 100_000..(i + 1) * 100_000].to_owned())).collect();
     c.bench_function("gate_15_x_100kb", |bn| bn.iter(|| rt.block_on(gate.apply(turn.clone()))));
 }
 

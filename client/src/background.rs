@@ -69,10 +69,7 @@ async fn pump<R: AsyncRead + Unpin>(mut r: R, tx: mpsc::Sender<Bytes>) {
 /// Runs `cmd` in its own process group, streaming stdout and stderr (interleaved as they come)
 /// into stream `id`. Returns when the task has ended and the stream is sealed.
 pub async fn supervise(client: &StoreClient, id: &str, mut cmd: Command) -> Result<TaskEnd> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     let (tx, mut rx) = mpsc::channel::<Bytes>(16);
@@ -94,10 +91,7 @@ pub async fn supervise(client: &StoreClient, id: &str, mut cmd: Command) -> Resu
             let data = pending.split().freeze();
             match append_retrying(client, id, offset, data.clone()).await {
                 Ok(size) => offset = size,
-                Err(ClientError::Api {
-                    code: ErrorCode::StreamLimitExceeded,
-                    ..
-                }) => {
+                Err(ClientError::Api { code: ErrorCode::StreamLimitExceeded, .. }) => {
                     capped = true;
                     kill_group(pgid, libc::SIGTERM);
                     let killer = async move {
@@ -118,33 +112,15 @@ pub async fn supervise(client: &StoreClient, id: &str, mut cmd: Command) -> Resu
     }
     let status = child.wait().await?;
     let rec = client.seal(id).await?;
-    Ok(TaskEnd {
-        exit_code: status.code(),
-        capped,
-        digest: Some(rec.digest.to_string()),
-    })
+    Ok(TaskEnd { exit_code: status.code(), capped, digest: Some(rec.digest.to_string()) })
 }
 
 /// Copies a stream's content to `out` as it grows (`follow`) or as it is now.
-pub async fn tail<W: std::io::Write>(
-    client: &StoreClient,
-    id: &str,
-    follow: bool,
-    out: &mut W,
-) -> Result<()> {
+pub async fn tail<W: std::io::Write>(client: &StoreClient, id: &str, follow: bool, out: &mut W) -> Result<()> {
     let mut offset = 0u64;
     loop {
         let wait = follow.then_some(spillway_api::MAX_WAIT_MS);
-        let page = client
-            .read_stream(
-                id,
-                ReadRequest::Bytes {
-                    offset,
-                    limit: None,
-                },
-                wait,
-            )
-            .await?;
+        let page = client.read_stream(id, ReadRequest::Bytes { offset, limit: None }, wait).await?;
         out.write_all(page.content.as_bytes())?;
         out.flush()?;
         offset += page.length;

@@ -74,14 +74,7 @@ struct Keeper {
 
 impl Keeper {
     fn new(cap: usize) -> Self {
-        Self {
-            cap,
-            head: Vec::new(),
-            tail: VecDeque::new(),
-            total: 0,
-            newlines: 0,
-            last: None,
-        }
+        Self { cap, head: Vec::new(), tail: VecDeque::new(), total: 0, newlines: 0, last: None }
     }
 
     fn push(&mut self, data: &[u8]) {
@@ -91,11 +84,7 @@ impl Keeper {
         let room = self.cap.saturating_sub(self.head.len());
         let (h, rest) = data.split_at(room.min(data.len()));
         self.head.extend_from_slice(h);
-        let rest = if rest.len() > self.cap {
-            &rest[rest.len() - self.cap..]
-        } else {
-            rest
-        };
+        let rest = if rest.len() > self.cap { &rest[rest.len() - self.cap..] } else { rest };
         self.tail.extend(rest);
         while self.tail.len() > self.cap {
             let extra = self.tail.len() - self.cap;
@@ -115,11 +104,7 @@ enum SpillState {
 }
 
 /// Reads one stream to its end and returns its receipt.
-pub async fn capture<R: AsyncRead + Unpin>(
-    mut reader: R,
-    opts: &ExecOptions,
-    stream: &str,
-) -> Result<Receipt> {
+pub async fn capture<R: AsyncRead + Unpin>(mut reader: R, opts: &ExecOptions, stream: &str) -> Result<Receipt> {
     let mut keep = Keeper::new(opts.cap);
     let mut spill = SpillState::NotStarted;
     let mut deadline = Deadline::new(opts.save_deadline);
@@ -144,9 +129,7 @@ pub async fn capture<R: AsyncRead + Unpin>(
                 Ok(Err(e)) | Err(e) => SpillState::Failed(e.to_string()),
             };
             if let SpillState::Writing(w) = &mut spill {
-                let already = Bytes::copy_from_slice(
-                    &keep.head[..before.min(keep.head.len() as u64) as usize],
-                );
+                let already = Bytes::copy_from_slice(&keep.head[..before.min(keep.head.len() as u64) as usize]);
                 if let Err(e) = w.write(already, &mut deadline).await {
                     spill = SpillState::Failed(e.to_string());
                 }
@@ -175,17 +158,14 @@ pub async fn capture<R: AsyncRead + Unpin>(
         total: keep.total,
         total_lines: keep.lines(),
     };
-    let preview =
-        truncate::preview(&sample, opts.cap, opts.strategy).unwrap_or_else(|r| truncate::Preview {
-            text: r.to_string(),
-            shown: vec![],
-            truncated: true,
-            next_line: None,
-        });
+    let preview = truncate::preview(&sample, opts.cap, opts.strategy).unwrap_or_else(|r| truncate::Preview {
+        text: r.to_string(),
+        shown: vec![],
+        truncated: true,
+        next_line: None,
+    });
     let saved = match saved {
-        Saved::NotNeeded if preview.truncated => {
-            Saved::Failed("the output was cut before it was saved".into())
-        }
+        Saved::NotNeeded if preview.truncated => Saved::Failed("the output was cut before it was saved".into()),
         s => s,
     };
     Ok(receipt::build(preview, keep.total, keep.lines(), saved))
@@ -193,20 +173,12 @@ pub async fn capture<R: AsyncRead + Unpin>(
 
 /// Runs a command the way an agent's shell tool would: stdout and stderr captured apart.
 pub async fn exec(mut cmd: Command, opts: &ExecOptions) -> Result<ExecResult> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
     let mut child = cmd.spawn()?;
     let out = child.stdout.take().expect("piped stdout");
     let err = child.stderr.take().expect("piped stderr");
     let (stdout, stderr) = tokio::join!(capture(out, opts, "stdout"), capture(err, opts, "stderr"));
     let status = child.wait().await?;
     use std::os::unix::process::ExitStatusExt;
-    Ok(ExecResult {
-        exit_code: status.code(),
-        signal: status.signal(),
-        stdout: stdout?,
-        stderr: stderr?,
-    })
+    Ok(ExecResult { exit_code: status.code(), signal: status.signal(), stdout: stdout?, stderr: stderr? })
 }

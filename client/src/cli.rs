@@ -135,20 +135,18 @@ enum Cmd {
 }
 
 fn parse_label(s: &str) -> std::result::Result<(String, String), String> {
-    s.split_once('=')
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .ok_or_else(|| format!("expected key=value, got {s:?}"))
+    s.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("expected key=value, got {s:?}"))
 }
 
 impl Cli {
     fn store(&self) -> Result<StoreClient> {
         let url = self.url.clone().ok_or_else(|| {
-            ClientError::Other("no store configured: set SPILLWAY_URL and SPILLWAY_TOKEN (or --url/--token), or use --local DIR".into())
+            ClientError::Other(
+                "no store configured: set SPILLWAY_URL and SPILLWAY_TOKEN (or --url/--token), or use --local DIR"
+                    .into(),
+            )
         })?;
-        Ok(StoreClient::new(
-            url,
-            self.token.clone().unwrap_or_default(),
-        ))
+        Ok(StoreClient::new(url, self.token.clone().unwrap_or_default()))
     }
 
     /// `--local DIR`, else the store, else `./.outputs`.
@@ -185,9 +183,7 @@ pub async fn run(cli: Cli) -> ExitCode {
 
 fn describe(e: &ClientError, cli: &Cli) -> String {
     let digest = match &cli.command {
-        Cmd::Get { digest, .. } | Cmd::Read { digest, .. } | Cmd::Grep { digest, .. } => {
-            Some(digest.as_str())
-        }
+        Cmd::Get { digest, .. } | Cmd::Read { digest, .. } | Cmd::Grep { digest, .. } => Some(digest.as_str()),
         _ => None,
     };
     match (e, digest) {
@@ -212,11 +208,7 @@ async fn dispatch(cli: &Cli) -> Result<ExitCode> {
             print_json(&capture::exec(c, &opts).await?)?;
         }
         Cmd::Put { file, ttl, labels } => {
-            let opts = UploadOptions {
-                ttl: *ttl,
-                labels: labels.clone(),
-                max_bytes: None,
-            };
+            let opts = UploadOptions { ttl: *ttl, labels: labels.clone(), max_bytes: None };
             let reader: Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin> = match file {
                 Some(p) if p.as_os_str() != "-" => Box::new(tokio::fs::File::open(p).await?),
                 _ => Box::new(tokio::io::stdin()),
@@ -226,9 +218,7 @@ async fn dispatch(cli: &Cli) -> Result<ExitCode> {
                 let mut reader = reader;
                 reader.read_to_end(&mut data).await?;
                 let mut d = crate::spill::Deadline::new(std::time::Duration::from_secs(3600));
-                let loc = LocalDir::new(dir)
-                    .save(data.into(), &opts.labels, &mut d)
-                    .await?;
+                let loc = LocalDir::new(dir).save(data.into(), &opts.labels, &mut d).await?;
                 let crate::spill::Location::File { path, digest } = loc else {
                     unreachable!("a local dir saves files")
                 };
@@ -239,24 +229,12 @@ async fn dispatch(cli: &Cli) -> Result<ExitCode> {
             }
         }
         Cmd::Get { digest, output } => get(cli, digest, output.as_deref()).await?,
-        Cmd::Read {
-            digest,
-            offset,
-            limit,
-            line,
-            lines,
-        } => {
+        Cmd::Read { digest, offset, limit, line, lines } => {
             let d = parse_digest(digest)?;
             let req = if line.is_some() || lines.is_some() {
-                ReadRequest::Lines {
-                    line: line.unwrap_or(1),
-                    lines: *lines,
-                }
+                ReadRequest::Lines { line: line.unwrap_or(1), lines: *lines }
             } else {
-                ReadRequest::Bytes {
-                    offset: offset.unwrap_or(0),
-                    limit: *limit,
-                }
+                ReadRequest::Bytes { offset: offset.unwrap_or(0), limit: *limit }
             };
             match (&cli.local, d) {
                 (Some(dir), AnyDigest::Blake3(b)) => {
@@ -267,14 +245,7 @@ async fn dispatch(cli: &Cli) -> Result<ExitCode> {
                 (None, _) => print_json(&cli.store()?.read(digest, req).await?)?,
             }
         }
-        Cmd::Grep {
-            digest,
-            pattern,
-            ignore_case,
-            fixed,
-            from_line,
-            max_matches,
-        } => {
+        Cmd::Grep { digest, pattern, ignore_case, fixed, from_line, max_matches } => {
             let d = parse_digest(digest)?;
             let g = GrepRequest {
                 pattern: pattern.clone(),
@@ -295,11 +266,8 @@ async fn dispatch(cli: &Cli) -> Result<ExitCode> {
         Cmd::Gate { budget, keep } => {
             let mut input = String::new();
             tokio::io::stdin().read_to_string(&mut input).await?;
-            let results: Vec<gate::TurnResult> = serde_json::from_str(&input).map_err(|e| {
-                ClientError::Other(format!(
-                    "stdin must be a JSON array of strings or receipts: {e}"
-                ))
-            })?;
+            let results: Vec<gate::TurnResult> = serde_json::from_str(&input)
+                .map_err(|e| ClientError::Other(format!("stdin must be a JSON array of strings or receipts: {e}")))?;
             let mut g = gate::Gate::new(cli.spill_target()?);
             g.budget = *budget;
             g.keep = *keep;
@@ -307,18 +275,10 @@ async fn dispatch(cli: &Cli) -> Result<ExitCode> {
         }
         Cmd::Bg { max_bytes, cmd } => {
             let store = cli.store()?;
-            let opts = UploadOptions {
-                ttl: None,
-                labels: vec![("tool".into(), "bg".into())],
-                max_bytes: *max_bytes,
-            };
+            let opts = UploadOptions { ttl: None, labels: vec![("tool".into(), "bg".into())], max_bytes: *max_bytes };
             let s = store.create_stream(&opts).await?;
             let mut sup = std::process::Command::new(std::env::current_exe()?);
-            sup.arg("supervise")
-                .arg("--stream")
-                .arg(&s.id)
-                .arg("--")
-                .args(cmd);
+            sup.arg("supervise").arg("--stream").arg(&s.id).arg("--").args(cmd);
             sup.env("SPILLWAY_URL", store.base_url());
             if let Some(t) = &cli.token {
                 sup.env("SPILLWAY_TOKEN", t);
@@ -370,12 +330,8 @@ impl Hasher {
     }
     fn finish(self) -> String {
         match self {
-            Self::Blake3(h) => {
-                spillway_api::Digest::from_bytes(*h.finalize().as_bytes()).to_string()
-            }
-            Self::Sha256(h) => {
-                spillway_api::Sha256Digest::from_bytes(h.finalize().into()).to_string()
-            }
+            Self::Blake3(h) => spillway_api::Digest::from_bytes(*h.finalize().as_bytes()).to_string(),
+            Self::Sha256(h) => spillway_api::Sha256Digest::from_bytes(h.finalize().into()).to_string(),
         }
     }
 }
@@ -383,25 +339,18 @@ impl Hasher {
 /// Downloads (or copies from `--local`) while hashing; with `-o`, the file appears only verified.
 async fn get(cli: &Cli, digest: &str, output: Option<&std::path::Path>) -> Result<()> {
     let d = parse_digest(digest)?;
-    let (len, mut body): (
-        Option<u64>,
-        futures::stream::BoxStream<'static, Result<bytes::Bytes>>,
-    ) = match &cli.local {
+    let (len, mut body): (Option<u64>, futures::stream::BoxStream<'static, Result<bytes::Bytes>>) = match &cli.local {
         Some(dir) => {
             let AnyDigest::Blake3(b) = d else {
                 return Err(local_sha256());
             };
             let path = LocalDir::new(dir).path_of(&b);
-            let f = tokio::fs::File::open(&path)
-                .await
-                .map_err(|e| match e.kind() {
-                    std::io::ErrorKind::NotFound => ClientError::Api {
-                        status: 404,
-                        code: ErrorCode::NotFound,
-                        message: "not found".into(),
-                    },
-                    _ => e.into(),
-                })?;
+            let f = tokio::fs::File::open(&path).await.map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    ClientError::Api { status: 404, code: ErrorCode::NotFound, message: "not found".into() }
+                }
+                _ => e.into(),
+            })?;
             let len = f.metadata().await.ok().map(|m| m.len());
             (
                 len,
@@ -412,28 +361,17 @@ async fn get(cli: &Cli, digest: &str, output: Option<&std::path::Path>) -> Resul
         }
         None => {
             let resp = cli.store()?.get(digest).await?;
-            (
-                resp.content_length(),
-                resp.bytes_stream()
-                    .map(|r| r.map_err(ClientError::from))
-                    .boxed(),
-            )
+            (resp.content_length(), resp.bytes_stream().map(|r| r.map_err(ClientError::from)).boxed())
         }
     };
-    let bar =
-        indicatif::ProgressBar::with_draw_target(len, indicatif::ProgressDrawTarget::stderr());
+    let bar = indicatif::ProgressBar::with_draw_target(len, indicatif::ProgressDrawTarget::stderr());
     bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bytes}/{total_bytes} {wide_bar} {bytes_per_sec} {eta}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template("{bytes}/{total_bytes} {wide_bar} {bytes_per_sec} {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let mut hasher = Hasher::for_digest(&d);
     let tmp = output.map(|o| {
-        let name = o
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = o.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         o.with_file_name(format!(".{name}.spillway-partial"))
     });
     let mut sink: Box<dyn Write> = match &tmp {
@@ -458,10 +396,7 @@ async fn get(cli: &Cli, digest: &str, output: Option<&std::path::Path>) -> Resul
         if actual == d.to_string() {
             Ok(())
         } else {
-            Err(ClientError::DigestMismatch {
-                expected: d.to_string(),
-                actual,
-            })
+            Err(ClientError::DigestMismatch { expected: d.to_string(), actual })
         }
     });
     match (verified, &tmp, output) {

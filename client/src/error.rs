@@ -43,13 +43,7 @@ pub enum ClientError {
 impl ClientError {
     /// True for the server's `404 not_found`.
     pub fn is_not_found(&self) -> bool {
-        matches!(
-            self,
-            Self::Api {
-                code: ErrorCode::NotFound,
-                ..
-            }
-        )
+        matches!(self, Self::Api { code: ErrorCode::NotFound, .. })
     }
 
     /// The contract code, when the server answered with one.

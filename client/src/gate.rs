@@ -54,12 +54,7 @@ pub struct Gate {
 impl Gate {
     /// Defaults: 200,000 bytes, 2,000 kept, 3 s.
     pub fn new(spill: Arc<dyn SpillTarget>) -> Self {
-        Self {
-            budget: DEFAULT_BUDGET,
-            keep: DEFAULT_KEEP,
-            deadline: DEFAULT_SAVE_DEADLINE,
-            spill,
-        }
+        Self { budget: DEFAULT_BUDGET, keep: DEFAULT_KEEP, deadline: DEFAULT_SAVE_DEADLINE, spill }
     }
 
     /// Which results to degrade: the largest first, until the rest fit the budget.
@@ -123,25 +118,15 @@ impl Gate {
 
     fn degrade(&self, item: &TurnResult, loc: Option<Location>) -> Receipt {
         let (text, total_size, total_lines) = match item {
-            TurnResult::Text(t) => (
-                t.as_str(),
-                t.len() as u64,
-                spillway_api::count_lines(t.as_bytes()),
-            ),
-            TurnResult::Receipt(r) => (
-                r.result.as_str(),
-                r.total_size.max(r.result.len() as u64),
-                r.total_lines,
-            ),
+            TurnResult::Text(t) => (t.as_str(), t.len() as u64, spillway_api::count_lines(t.as_bytes())),
+            TurnResult::Receipt(r) => (r.result.as_str(), r.total_size.max(r.result.len() as u64), r.total_lines),
         };
         let cut = utf8_cut(&text.as_bytes()[..self.keep.min(text.len())]);
         let head = &text[..cut];
         let omitted = total_size - cut as u64;
         let (digest, file_path) = match &loc {
             Some(Location::Store { digest }) => (Some(digest.clone()), None),
-            Some(Location::File { path, digest }) => {
-                (digest.clone(), Some(path.display().to_string()))
-            }
+            Some(Location::File { path, digest }) => (digest.clone(), Some(path.display().to_string())),
             None => (None, None),
         };
         let place = file_path.clone().or(digest.clone());
@@ -155,17 +140,16 @@ impl Gate {
                  The full content ({total_size} bytes) is at {p}; read it page by page instead of all at once.",
                 self.budget
             ),
-            None => "The full content was NOT saved and cannot be retrieved; narrow the command and run it again.".into(),
+            None => {
+                "The full content was NOT saved and cannot be retrieved; narrow the command and run it again.".into()
+            }
         };
         Receipt {
             result: format!("{head}{line}"),
             truncated: true,
             total_size,
             total_lines,
-            shown: vec![ShownRange {
-                offset: 0,
-                length: cut as u64,
-            }],
+            shown: vec![ShownRange { offset: 0, length: cut as u64 }],
             saved: place.is_some(),
             digest,
             file_path,
@@ -179,12 +163,7 @@ fn existing_location(r: &Receipt) -> Option<Location> {
         return None;
     }
     if let Some(p) = &r.file_path {
-        return Some(Location::File {
-            path: p.into(),
-            digest: r.digest.clone(),
-        });
+        return Some(Location::File { path: p.into(), digest: r.digest.clone() });
     }
-    r.digest
-        .as_ref()
-        .map(|d| Location::Store { digest: d.clone() })
+    r.digest.as_ref().map(|d| Location::Store { digest: d.clone() })
 }

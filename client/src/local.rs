@@ -49,13 +49,7 @@ impl LocalSource {
             },
             _ => ClientError::Io(e),
         })?;
-        Ok(Self {
-            path,
-            digest: *digest,
-            size: built.size(),
-            lines: built.lines(),
-            index: built.finish(),
-        })
+        Ok(Self { path, digest: *digest, size: built.size(), lines: built.lines(), index: built.finish() })
     }
 
     /// The file.
@@ -99,16 +93,12 @@ impl Source for LocalSource {
 
 fn page_err(e: PageError) -> ClientError {
     match e {
-        PageError::InvalidArgument(m) => ClientError::Api {
-            status: 400,
-            code: spillway_api::ErrorCode::InvalidArgument,
-            message: m,
-        },
-        PageError::RangeNotSatisfiable { message, .. } => ClientError::Api {
-            status: 416,
-            code: spillway_api::ErrorCode::RangeNotSatisfiable,
-            message,
-        },
+        PageError::InvalidArgument(m) => {
+            ClientError::Api { status: 400, code: spillway_api::ErrorCode::InvalidArgument, message: m }
+        }
+        PageError::RangeNotSatisfiable { message, .. } => {
+            ClientError::Api { status: 416, code: spillway_api::ErrorCode::RangeNotSatisfiable, message }
+        }
         PageError::Source(e) => ClientError::Other(e.to_string()),
     }
 }
@@ -128,11 +118,7 @@ pub async fn read(src: &LocalSource, req: crate::store::ReadRequest) -> Result<R
 
 /// Matching lines of a local spill, exactly as the server would answer.
 pub async fn grep(src: &LocalSource, g: &crate::store::GrepRequest) -> Result<GrepResponse> {
-    let pattern = if g.fixed {
-        regex::escape(&g.pattern)
-    } else {
-        g.pattern.clone()
-    };
+    let pattern = if g.fixed { regex::escape(&g.pattern) } else { g.pattern.clone() };
     let re = regex::bytes::RegexBuilder::new(&pattern)
         .case_insensitive(g.ignore_case)
         .multi_line(true)

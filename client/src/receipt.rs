@@ -47,11 +47,7 @@ pub fn build(preview: Preview, total_size: u64, total_lines: u64, saved: Saved) 
     if !r.truncated {
         return r;
     }
-    let size = format!(
-        "{} bytes, {} lines",
-        thousands(total_size),
-        thousands(total_lines)
-    );
+    let size = format!("{} bytes, {} lines", thousands(total_size), thousands(total_lines));
     match saved {
         Saved::NotNeeded => {}
         Saved::At(Location::Store { digest }) => {

@@ -46,11 +46,7 @@ pub struct Deadline {
 impl Deadline {
     /// A budget of `budget` total waiting.
     pub fn new(budget: Duration) -> Self {
-        Self {
-            budget,
-            started_wait: None,
-            spent: Duration::ZERO,
-        }
+        Self { budget, started_wait: None, spent: Duration::ZERO }
     }
 
     /// What is left.
@@ -76,12 +72,7 @@ pub trait SpillTarget: Send + Sync + std::fmt::Debug {
     async fn begin(&self, labels: &[(String, String)]) -> Result<Box<dyn SpillWriter>>;
 
     /// Saves a whole output held in memory, under its content name.
-    async fn save(
-        &self,
-        data: Bytes,
-        labels: &[(String, String)],
-        deadline: &mut Deadline,
-    ) -> Result<Location> {
+    async fn save(&self, data: Bytes, labels: &[(String, String)], deadline: &mut Deadline) -> Result<Location> {
         let mut w = deadline.wait(self.begin(labels)).await??;
         w.write(data, deadline).await?;
         w.finish(deadline).await
@@ -108,9 +99,7 @@ impl LocalDir {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         let dir = dir.into();
         // Receipts carry absolute paths: the model may run the next tool elsewhere.
-        Self {
-            dir: std::path::absolute(&dir).unwrap_or(dir),
-        }
+        Self { dir: std::path::absolute(&dir).unwrap_or(dir) }
     }
 
     /// The directory.
@@ -135,9 +124,7 @@ struct LocalWriter {
 impl SpillTarget for LocalDir {
     async fn begin(&self, _labels: &[(String, String)]) -> Result<Box<dyn SpillWriter>> {
         tokio::fs::create_dir_all(&self.dir).await?;
-        let tmp = self
-            .dir
-            .join(format!(".tmp-{}-{}", std::process::id(), rand_suffix()));
+        let tmp = self.dir.join(format!(".tmp-{}-{}", std::process::id(), rand_suffix()));
         let file = tokio::fs::File::create(&tmp).await?;
         Ok(Box::new(LocalWriter {
             dir: self.dir.clone(),
@@ -151,10 +138,7 @@ impl SpillTarget for LocalDir {
 fn rand_suffix() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos();
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
     format!("{t:x}-{}", N.fetch_add(1, Ordering::Relaxed))
 }
 
@@ -175,10 +159,7 @@ impl SpillWriter for LocalWriter {
         } else {
             tokio::fs::rename(&self.tmp, &path).await?;
         }
-        Ok(Location::File {
-            path,
-            digest: Some(digest.to_string()),
-        })
+        Ok(Location::File { path, digest: Some(digest.to_string()) })
     }
 }
 
@@ -221,46 +202,25 @@ impl SpillTarget for RemoteStore {
     async fn begin(&self, labels: &[(String, String)]) -> Result<Box<dyn SpillWriter>> {
         let (tx, rx) = mpsc::channel(REMOTE_QUEUE);
         let client = self.client.clone();
-        let opts = UploadOptions {
-            ttl: self.ttl,
-            labels: labels.to_vec(),
-            max_bytes: None,
-        };
-        let body =
-            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+        let opts = UploadOptions { ttl: self.ttl, labels: labels.to_vec(), max_bytes: None };
+        let body = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
         let task = tokio::spawn(async move { client.put_stream(body, &opts).await });
         Ok(Box::new(RemoteWriter { tx: Some(tx), task }))
     }
 
-    async fn save(
-        &self,
-        data: Bytes,
-        labels: &[(String, String)],
-        deadline: &mut Deadline,
-    ) -> Result<Location> {
-        let opts = UploadOptions {
-            ttl: self.ttl,
-            labels: labels.to_vec(),
-            max_bytes: None,
-        };
+    async fn save(&self, data: Bytes, labels: &[(String, String)], deadline: &mut Deadline) -> Result<Location> {
+        let opts = UploadOptions { ttl: self.ttl, labels: labels.to_vec(), max_bytes: None };
         let rec = deadline.wait(self.client.put(data, &opts)).await??;
-        Ok(Location::Store {
-            digest: rec.digest.to_string(),
-        })
+        Ok(Location::Store { digest: rec.digest.to_string() })
     }
 }
 
 #[async_trait]
 impl SpillWriter for RemoteWriter {
     async fn write(&mut self, chunk: Bytes, deadline: &mut Deadline) -> Result<()> {
-        let tx = self
-            .tx
-            .as_ref()
-            .ok_or_else(|| ClientError::Other("spill already failed".into()))?;
+        let tx = self.tx.as_ref().ok_or_else(|| ClientError::Other("spill already failed".into()))?;
         if self.task.is_finished() {
-            return Err(ClientError::Other(
-                "the store ended the upload early".into(),
-            ));
+            return Err(ClientError::Other("the store ended the upload early".into()));
         }
         deadline
             .wait(tx.send(Ok(chunk)))
@@ -270,13 +230,8 @@ impl SpillWriter for RemoteWriter {
 
     async fn finish(mut self: Box<Self>, deadline: &mut Deadline) -> Result<Location> {
         drop(self.tx.take());
-        let rec = deadline
-            .wait(&mut self.task)
-            .await?
-            .map_err(|e| ClientError::Other(e.to_string()))??;
-        Ok(Location::Store {
-            digest: rec.digest.to_string(),
-        })
+        let rec = deadline.wait(&mut self.task).await?.map_err(|e| ClientError::Other(e.to_string()))??;
+        Ok(Location::Store { digest: rec.digest.to_string() })
     }
 }
 

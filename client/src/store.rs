@@ -5,8 +5,8 @@ use futures::Stream;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use spillway_api::{
-    AppendResponse, BlobRecord, Digest, ErrorBody, ErrorCode, GrepResponse, PinRequest, ReadPage,
-    RefList, StreamCreated, StreamInfo,
+    AppendResponse, BlobRecord, Digest, ErrorBody, ErrorCode, GrepResponse, PinRequest, ReadPage, RefList,
+    StreamCreated, StreamInfo,
 };
 
 use crate::error::{ClientError, Result};
@@ -30,11 +30,7 @@ impl UploadOptions {
     }
 
     fn query(&self) -> Vec<(String, String)> {
-        let mut q: Vec<(String, String)> = self
-            .labels
-            .iter()
-            .map(|(k, v)| (format!("label.{k}"), v.clone()))
-            .collect();
+        let mut q: Vec<(String, String)> = self.labels.iter().map(|(k, v)| (format!("label.{k}"), v.clone())).collect();
         if let Some(t) = self.ttl {
             q.push(("ttl".into(), t.to_string()));
         }
@@ -117,23 +113,11 @@ pub(crate) async fn check(resp: Response) -> Result<Response> {
     let status = resp.status().as_u16();
     let text = resp.text().await.unwrap_or_default();
     Err(match serde_json::from_str::<ErrorBody>(&text) {
-        Ok(b) => ClientError::Api {
-            status,
-            code: b.error.code,
-            message: b.error.message,
-        },
+        Ok(b) => ClientError::Api { status, code: b.error.code, message: b.error.message },
         Err(_) => ClientError::Api {
             status,
-            code: if status == 404 {
-                ErrorCode::NotFound
-            } else {
-                ErrorCode::Other
-            },
-            message: if text.is_empty() {
-                format!("HTTP {status}")
-            } else {
-                text
-            },
+            code: if status == 404 { ErrorCode::NotFound } else { ErrorCode::Other },
+            message: if text.is_empty() { format!("HTTP {status}") } else { text },
         },
     })
 }
@@ -141,15 +125,8 @@ pub(crate) async fn check(resp: Response) -> Result<Response> {
 impl StoreClient {
     /// A client of the store at `base` (e.g. `http://127.0.0.1:7745`).
     pub fn new(base: impl Into<String>, token: impl Into<String>) -> Self {
-        let http = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .build()
-            .unwrap_or_default();
-        Self {
-            base: base.into().trim_end_matches('/').to_owned(),
-            token: token.into(),
-            http,
-        }
+        let http = reqwest::Client::builder().tcp_nodelay(true).build().unwrap_or_default();
+        Self { base: base.into().trim_end_matches('/').to_owned(), token: token.into(), http }
     }
 
     /// The store's base URL.
@@ -158,20 +135,13 @@ impl StoreClient {
     }
 
     fn req(&self, method: Method, path: &str) -> RequestBuilder {
-        self.http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
+        self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.token)
     }
 
     /// Uploads bytes whose digest the client computes (`PUT`); the server verifies it.
     pub async fn put(&self, data: Bytes, opts: &UploadOptions) -> Result<BlobRecord> {
         let digest = Digest::of(&data);
-        let resp = self
-            .req(Method::PUT, &format!("/v1/blobs/{digest}"))
-            .query(&opts.query())
-            .body(data)
-            .send()
-            .await?;
+        let resp = self.req(Method::PUT, &format!("/v1/blobs/{digest}")).query(&opts.query()).body(data).send().await?;
         decode(resp).await
     }
 
@@ -191,29 +161,18 @@ impl StoreClient {
 
     /// Size of a blob visible in this namespace, or `None`.
     pub async fn head(&self, digest: &str) -> Result<Option<u64>> {
-        let resp = self
-            .req(Method::HEAD, &format!("/v1/blobs/{digest}"))
-            .send()
-            .await?;
+        let resp = self.req(Method::HEAD, &format!("/v1/blobs/{digest}")).send().await?;
         if resp.status() == StatusCode::NOT_FOUND {
             return Ok(None);
         }
         let resp = check(resp).await?;
-        let len = resp
-            .headers()
-            .get(reqwest::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse().ok());
+        let len = resp.headers().get(reqwest::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
         Ok(len.or(Some(0)))
     }
 
     /// Starts a download of the whole blob; the caller streams the body.
     pub async fn get(&self, digest: &str) -> Result<Response> {
-        check(
-            self.req(Method::GET, &format!("/v1/blobs/{digest}"))
-                .send()
-                .await?,
-        )
-        .await
+        check(self.req(Method::GET, &format!("/v1/blobs/{digest}")).send().await?).await
     }
 
     /// A raw request with extra headers (Range, If-None-Match), for SRE tools and tests.
@@ -223,13 +182,7 @@ impl StoreClient {
 
     /// A capped page of a blob.
     pub async fn read(&self, digest: &str, r: ReadRequest) -> Result<ReadPage> {
-        decode(
-            self.req(Method::GET, &format!("/v1/blobs/{digest}/read"))
-                .query(&r.query())
-                .send()
-                .await?,
-        )
-        .await
+        decode(self.req(Method::GET, &format!("/v1/blobs/{digest}/read")).query(&r.query()).send().await?).await
     }
 
     /// Matching lines of a blob.
@@ -243,48 +196,24 @@ impl StoreClient {
         }
         q.extend(g.from_line.map(|n| ("from_line", n.to_string())));
         q.extend(g.max_matches.map(|n| ("max_matches", n.to_string())));
-        decode(
-            self.req(Method::GET, &format!("/v1/blobs/{digest}/grep"))
-                .query(&q)
-                .send()
-                .await?,
-        )
-        .await
+        decode(self.req(Method::GET, &format!("/v1/blobs/{digest}/grep")).query(&q).send().await?).await
     }
 
     /// Pins a blob in this namespace (admin).
     pub async fn pin(&self, digest: &str, reason: Option<&str>) -> Result<BlobRecord> {
-        let body = PinRequest {
-            reason: reason.map(str::to_owned),
-        };
-        decode(
-            self.req(Method::POST, &format!("/v1/blobs/{digest}/pin"))
-                .json(&body)
-                .send()
-                .await?,
-        )
-        .await
+        let body = PinRequest { reason: reason.map(str::to_owned) };
+        decode(self.req(Method::POST, &format!("/v1/blobs/{digest}/pin")).json(&body).send().await?).await
     }
 
     /// Removes this namespace's pins (admin).
     pub async fn unpin(&self, digest: &str) -> Result<()> {
-        check(
-            self.req(Method::DELETE, &format!("/v1/blobs/{digest}/pin"))
-                .send()
-                .await?,
-        )
-        .await?;
+        check(self.req(Method::DELETE, &format!("/v1/blobs/{digest}/pin")).send().await?).await?;
         Ok(())
     }
 
     /// Removes this namespace's references (admin).
     pub async fn delete(&self, digest: &str) -> Result<()> {
-        check(
-            self.req(Method::DELETE, &format!("/v1/blobs/{digest}"))
-                .send()
-                .await?,
-        )
-        .await?;
+        check(self.req(Method::DELETE, &format!("/v1/blobs/{digest}")).send().await?).await?;
         Ok(())
     }
 
@@ -295,10 +224,8 @@ impl StoreClient {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<RefList> {
-        let mut q: Vec<(String, String)> = labels
-            .iter()
-            .map(|(k, v)| (format!("label.{k}"), (*v).to_owned()))
-            .collect();
+        let mut q: Vec<(String, String)> =
+            labels.iter().map(|(k, v)| (format!("label.{k}"), (*v).to_owned())).collect();
         q.extend(limit.map(|l| ("limit".to_owned(), l.to_string())));
         q.extend(cursor.map(|c| ("cursor".to_owned(), c.to_owned())));
         decode(self.req(Method::GET, "/v1/refs").query(&q).send().await?).await
@@ -306,13 +233,7 @@ impl StoreClient {
 
     /// Opens a stream for a background task's output.
     pub async fn create_stream(&self, opts: &UploadOptions) -> Result<StreamCreated> {
-        decode(
-            self.req(Method::POST, "/v1/streams")
-                .query(&opts.query())
-                .send()
-                .await?,
-        )
-        .await
+        decode(self.req(Method::POST, "/v1/streams").query(&opts.query()).send().await?).await
     }
 
     /// Appends at `offset` (which must be the stream's size); safe to retry.
@@ -328,39 +249,18 @@ impl StoreClient {
 
     /// A stream's state.
     pub async fn stream_info(&self, id: &str) -> Result<StreamInfo> {
-        decode(
-            self.req(Method::GET, &format!("/v1/streams/{id}"))
-                .send()
-                .await?,
-        )
-        .await
+        decode(self.req(Method::GET, &format!("/v1/streams/{id}")).send().await?).await
     }
 
     /// A capped page of a stream; `wait_ms` long-polls for new data.
-    pub async fn read_stream(
-        &self,
-        id: &str,
-        r: ReadRequest,
-        wait_ms: Option<u64>,
-    ) -> Result<ReadPage> {
+    pub async fn read_stream(&self, id: &str, r: ReadRequest, wait_ms: Option<u64>) -> Result<ReadPage> {
         let mut q = r.query();
         q.extend(wait_ms.map(|w| ("wait_ms", w.to_string())));
-        decode(
-            self.req(Method::GET, &format!("/v1/streams/{id}/read"))
-                .query(&q)
-                .send()
-                .await?,
-        )
-        .await
+        decode(self.req(Method::GET, &format!("/v1/streams/{id}/read")).query(&q).send().await?).await
     }
 
     /// Turns a stream into a blob.
     pub async fn seal(&self, id: &str) -> Result<BlobRecord> {
-        decode(
-            self.req(Method::POST, &format!("/v1/streams/{id}/seal"))
-                .send()
-                .await?,
-        )
-        .await
+        decode(self.req(Method::POST, &format!("/v1/streams/{id}/seal")).send().await?).await
     }
 }

@@ -143,11 +143,7 @@ fn thousands(n: u64) -> String {
 }
 
 fn marker(bytes: u64, lines: u64) -> String {
-    format!(
-        "\n[... {} bytes ({} lines) omitted ...]\n",
-        thousands(bytes),
-        thousands(lines)
-    )
+    format!("\n[... {} bytes ({} lines) omitted ...]\n", thousands(bytes), thousands(lines))
 }
 
 /// Cuts a sample with a strategy under `cap` bytes.
@@ -158,23 +154,12 @@ pub fn preview(sample: &Sample<'_>, cap: usize, strategy: Strategy) -> Result<Pr
             if let Strategy::NumberedLines { first_line } = strategy {
                 return Ok(numbered(sample.head, cap, first_line));
             }
-            let shown = vec![ShownRange {
-                offset: 0,
-                length: sample.total,
-            }];
-            return Ok(Preview {
-                text,
-                shown,
-                truncated: false,
-                next_line: None,
-            });
+            let shown = vec![ShownRange { offset: 0, length: sample.total }];
+            return Ok(Preview { text, shown, truncated: false, next_line: None });
         }
     }
     match strategy {
-        Strategy::Reject => Err(Rejected {
-            size: sample.total,
-            cap,
-        }),
+        Strategy::Reject => Err(Rejected { size: sample.total, cap }),
         Strategy::NumberedLines { first_line } => Ok(numbered(sample.head, cap, first_line)),
         Strategy::Head => Ok(head_tail(sample, cap, 0.0)),
         Strategy::Tail => Ok(head_tail(sample, cap, 1.0)),
@@ -190,25 +175,13 @@ fn head_tail(s: &Sample<'_>, cap: usize, tail_share: f32) -> Preview {
     let tail_budget = ((budget as f32) * tail_share) as usize;
     let head_budget = budget - tail_budget;
     // The tail comes from the tail ring, or from the head buffer when everything is there.
-    let (tail_src, tail_src_offset) = if s.is_whole() {
-        (s.head, 0)
-    } else {
-        (s.tail, s.tail_offset)
-    };
+    let (tail_src, tail_src_offset) = if s.is_whole() { (s.head, 0) } else { (s.tail, s.tail_offset) };
     let t_start = tail_cut(tail_src, tail_budget.min(tail_src.len()));
     let tail_from = tail_src_offset + t_start as u64;
     let head_limit = head_budget.min(s.head.len()).min(tail_from as usize);
-    let h = if tail_share >= 1.0 {
-        0
-    } else {
-        head_cut(s.head, head_limit)
-    };
+    let h = if tail_share >= 1.0 { 0 } else { head_cut(s.head, head_limit) };
     let (head_text, h_used) = text_within(&s.head[..h], head_budget);
-    let tail_bytes = if tail_budget == 0 {
-        &[][..]
-    } else {
-        &tail_src[t_start..]
-    };
+    let tail_bytes = if tail_budget == 0 { &[][..] } else { &tail_src[t_start..] };
     let (tail_text, _) = text_within(tail_bytes, tail_budget);
     let t_len = tail_bytes.len() as u64;
     let omitted = s.total - h_used as u64 - t_len;
@@ -220,23 +193,12 @@ fn head_tail(s: &Sample<'_>, cap: usize, tail_share: f32) -> Preview {
     text.push_str(&tail_text);
     let mut shown = Vec::new();
     if h_used > 0 {
-        shown.push(ShownRange {
-            offset: 0,
-            length: h_used as u64,
-        });
+        shown.push(ShownRange { offset: 0, length: h_used as u64 });
     }
     if t_len > 0 {
-        shown.push(ShownRange {
-            offset: s.total - t_len,
-            length: t_len,
-        });
+        shown.push(ShownRange { offset: s.total - t_len, length: t_len });
     }
-    Preview {
-        text,
-        shown,
-        truncated: true,
-        next_line: Some(head_lines + 1),
-    }
+    Preview { text, shown, truncated: true, next_line: Some(head_lines + 1) }
 }
 
 /// Whole lines numbered like `cat -n`, as many as fit, then where to continue.
@@ -268,17 +230,11 @@ fn numbered(data: &[u8], cap: usize, first_line: u64) -> Preview {
         if !text.ends_with('\n') {
             text.push('\n');
         }
-        text.push_str(&format!(
-            "[truncated: {} more bytes; continue from line {line_no}]\n",
-            data.len() - used
-        ));
+        text.push_str(&format!("[truncated: {} more bytes; continue from line {line_no}]\n", data.len() - used));
     }
     Preview {
         text,
-        shown: vec![ShownRange {
-            offset: 0,
-            length: used as u64,
-        }],
+        shown: vec![ShownRange { offset: 0, length: used as u64 }],
         truncated,
         next_line: truncated.then_some(line_no),
     }
@@ -294,11 +250,8 @@ mod tests {
 
     fn data_strategy() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
         prop_oneof![
-            proptest::collection::vec(
-                prop_oneof![Just("\n".to_string()), "[a-z€😀 ]{0,30}"],
-                0..3000
-            )
-            .prop_map(|v| v.concat().into_bytes()),
+            proptest::collection::vec(prop_oneof![Just("\n".to_string()), "[a-z€😀 ]{0,30}"], 0..3000)
+                .prop_map(|v| v.concat().into_bytes()),
             proptest::collection::vec(any::<u8>(), 0..20_000),
         ]
     }
@@ -324,10 +277,7 @@ mod tests {
                     }
                 }
                 if !p.truncated {
-                    prop_assert_eq!(
-                        p.shown.iter().map(|r| r.length).sum::<u64>(),
-                        data.len() as u64
-                    );
+                    prop_assert_eq!(p.shown.iter().map(|r| r.length).sum::<u64>(), data.len() as u64);
                 }
             }
         }
@@ -347,16 +297,9 @@ mod tests {
 
     #[test]
     fn head_tail_keeps_the_error_at_the_end() {
-        let mut out: String = (1..=100_000)
-            .map(|i| format!("compiling unit {i}\n"))
-            .collect();
+        let mut out: String = (1..=100_000).map(|i| format!("compiling unit {i}\n")).collect();
         out.push_str("error[E0308]: mismatched types\n");
-        let p = preview(
-            &Sample::whole(out.as_bytes()),
-            100_000,
-            super::Strategy::default(),
-        )
-        .unwrap();
+        let p = preview(&Sample::whole(out.as_bytes()), 100_000, super::Strategy::default()).unwrap();
         assert!(p.text.starts_with("compiling unit 1\n"));
         assert!(p.text.ends_with("error[E0308]: mismatched types\n"));
         assert!(p.text.contains("bytes (") && p.text.contains("lines) omitted"));
@@ -367,12 +310,8 @@ mod tests {
     #[test]
     fn numbered_lines_say_where_to_continue() {
         let text: String = (1..=50_000).map(|i| format!("row {i}\n")).collect();
-        let p = preview(
-            &Sample::whole(text.as_bytes()),
-            10_000,
-            super::Strategy::NumberedLines { first_line: 1 },
-        )
-        .unwrap();
+        let p =
+            preview(&Sample::whole(text.as_bytes()), 10_000, super::Strategy::NumberedLines { first_line: 1 }).unwrap();
         let n = p.next_line.unwrap();
         assert!(p.text.starts_with("     1\trow 1\n"));
         assert!(p.text.contains(&format!("continue from line {n}")));
@@ -382,8 +321,7 @@ mod tests {
 
     #[test]
     fn reject_refuses_instead_of_cutting() {
-        let err =
-            preview(&Sample::whole(&[b'x'; 2001]), 2000, super::Strategy::Reject).unwrap_err();
+        let err = preview(&Sample::whole(&[b'x'; 2001]), 2000, super::Strategy::Reject).unwrap_err();
         assert_eq!(err.size, 2001);
         assert!(preview(&Sample::whole(&[b'x'; 2000]), 2000, super::Strategy::Reject).is_ok());
     }

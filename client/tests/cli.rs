@@ -18,34 +18,21 @@ struct Run {
 
 impl Run {
     fn local(cwd: &std::path::Path) -> Self {
-        Self {
-            url: None,
-            token: None,
-            cwd: cwd.to_path_buf(),
-        }
+        Self { url: None, token: None, cwd: cwd.to_path_buf() }
     }
     fn remote(srv: &TestServer, cwd: &std::path::Path) -> Self {
-        Self {
-            url: Some(srv.url.clone()),
-            token: Some(srv.token.clone()),
-            cwd: cwd.to_path_buf(),
-        }
+        Self { url: Some(srv.url.clone()), token: Some(srv.token.clone()), cwd: cwd.to_path_buf() }
     }
     async fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
         let mut c = tokio::process::Command::new(BIN);
-        c.args(args)
-            .current_dir(&self.cwd)
-            .env_remove("SPILLWAY_URL")
-            .env_remove("SPILLWAY_TOKEN");
+        c.args(args).current_dir(&self.cwd).env_remove("SPILLWAY_URL").env_remove("SPILLWAY_TOKEN");
         if let Some(u) = &self.url {
             c.env("SPILLWAY_URL", u);
         }
         if let Some(t) = &self.token {
             c.env("SPILLWAY_TOKEN", t);
         }
-        c.stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
+        c.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
         let mut child = c.spawn().unwrap();
         let mut input = child.stdin.take().unwrap();
         let data = stdin.map(<[u8]>::to_vec);
@@ -61,11 +48,7 @@ impl Run {
     }
     async fn json(&self, args: &[&str], stdin: Option<&[u8]>) -> Value {
         let out = self.run(args, stdin).await;
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
     }
@@ -73,11 +56,7 @@ impl Run {
 
 /// A command whose stdout is `n` numbered lines and whose stderr is one error line.
 fn noisy(n: u32) -> Vec<String> {
-    vec![
-        "sh".into(),
-        "-c".into(),
-        format!("seq 1 {n}; echo 'error: the build failed' >&2; exit 3"),
-    ]
+    vec!["sh".into(), "-c".into(), format!("seq 1 {n}; echo 'error: the build failed' >&2; exit 3")]
 }
 
 fn seq_text(n: u32) -> String {
@@ -100,18 +79,9 @@ async fn exec_local_spills_and_reads_back() {
     assert_eq!(out["total_lines"], 200_000);
     let expected = seq_text(200_000);
     assert_eq!(out["total_size"], expected.len());
-    assert!(
-        out["result"]
-            .as_str()
-            .unwrap()
-            .ends_with("199999\n200000\n"),
-        "the tail is kept"
-    );
+    assert!(out["result"].as_str().unwrap().ends_with("199999\n200000\n"), "the tail is kept");
     let path = out["file_path"].as_str().unwrap();
-    assert!(
-        path.starts_with(dir.path().join(".outputs").to_str().unwrap()),
-        "no store: ./.outputs, absolute"
-    );
+    assert!(path.starts_with(dir.path().join(".outputs").to_str().unwrap()), "no store: ./.outputs, absolute");
     assert_eq!(std::fs::read_to_string(path).unwrap(), expected);
     assert!(out["hint"].as_str().unwrap().contains(path));
     // stderr is apart, whole.
@@ -120,27 +90,13 @@ async fn exec_local_spills_and_reads_back() {
     assert!(v["stderr"]["digest"].is_null() && v["stderr"]["file_path"].is_null());
     // The local read/grep/get commands give the server's shapes and caps.
     let digest = out["digest"].as_str().unwrap();
-    let page = r
-        .json(
-            &[
-                "--local", ".outputs", "read", digest, "--line", "150000", "--lines", "2",
-            ],
-            None,
-        )
-        .await;
+    let page = r.json(&["--local", ".outputs", "read", digest, "--line", "150000", "--lines", "2"], None).await;
     assert_eq!(page["content"], "150000\n150001\n");
     assert_eq!(page["next_line"], 150_002);
-    let page = r
-        .json(
-            &["--local", ".outputs", "read", digest, "--limit", "1000000"],
-            None,
-        )
-        .await;
+    let page = r.json(&["--local", ".outputs", "read", digest, "--limit", "1000000"], None).await;
     assert_eq!(page["length"], 100_000);
     assert_eq!(page["capped"], true);
-    let g = r
-        .json(&["--local", ".outputs", "grep", digest, "^1999.9$"], None)
-        .await;
+    let g = r.json(&["--local", ".outputs", "grep", digest, "^1999.9$"], None).await;
     assert_eq!(g["matches"].as_array().unwrap().len(), 10);
     let got = r.run(&["--local", ".outputs", "get", digest], None).await;
     assert!(got.status.success());
@@ -148,12 +104,7 @@ async fn exec_local_spills_and_reads_back() {
     // Same content, same name: running it again changes nothing.
     let v2 = r.json(&args, None).await;
     assert_eq!(v2["stdout"]["file_path"], out["file_path"]);
-    assert_eq!(
-        std::fs::read_dir(dir.path().join(".outputs"))
-            .unwrap()
-            .count(),
-        1
-    );
+    assert_eq!(std::fs::read_dir(dir.path().join(".outputs")).unwrap().count(), 1);
 }
 
 #[tokio::test]
@@ -166,37 +117,18 @@ async fn exec_remote_spills_and_sre_commands() {
     args.extend(cmd.iter().map(String::as_str));
     let v = r.json(&args, None).await;
     let out = &v["stdout"];
-    assert_eq!(
-        (out["truncated"].as_bool(), out["saved"].as_bool()),
-        (Some(true), Some(true))
-    );
+    assert_eq!((out["truncated"].as_bool(), out["saved"].as_bool()), (Some(true), Some(true)));
     assert!(out["file_path"].is_null());
     let digest = out["digest"].as_str().unwrap().to_owned();
-    assert!(out["hint"]
-        .as_str()
-        .unwrap()
-        .contains(&format!("spillway read {digest} --line")));
+    assert!(out["hint"].as_str().unwrap().contains(&format!("spillway read {digest} --line")));
     let expected = seq_text(300_000);
     let file = dir.path().join("out.txt");
-    let got = r
-        .run(&["get", &digest, "-o", file.to_str().unwrap()], None)
-        .await;
-    assert!(
-        got.status.success(),
-        "{}",
-        String::from_utf8_lossy(&got.stderr)
-    );
+    let got = r.run(&["get", &digest, "-o", file.to_str().unwrap()], None).await;
+    assert!(got.status.success(), "{}", String::from_utf8_lossy(&got.stderr));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), expected);
-    let page = r
-        .json(&["read", &digest, "--line", "2", "--lines", "1"], None)
-        .await;
+    let page = r.json(&["read", &digest, "--line", "2", "--lines", "1"], None).await;
     assert_eq!(page["content"], "2\n");
-    let g = r
-        .json(
-            &["grep", &digest, "^29999[0-9]$", "--max-matches", "3"],
-            None,
-        )
-        .await;
+    let g = r.json(&["grep", &digest, "^29999[0-9]$", "--max-matches", "3"], None).await;
     assert_eq!(g["matches"][0]["line"], 299_990);
     assert_eq!(g["next_line"], 299_993);
     // put and get by SHA-256 too.
@@ -209,10 +141,7 @@ async fn exec_remote_spills_and_sre_commands() {
     let e = r.run(&["get", &missing], None).await;
     assert!(!e.status.success());
     let msg = String::from_utf8_lossy(&e.stderr);
-    assert!(
-        msg.contains("not found in this namespace") && msg.lines().count() == 1,
-        "{msg}"
-    );
+    assert!(msg.contains("not found in this namespace") && msg.lines().count() == 1, "{msg}");
     let e = r.run(&["read", "blake3:XYZ"], None).await;
     assert!(!e.status.success());
     assert!(String::from_utf8_lossy(&e.stderr).contains("a digest looks like blake3:<64"));
@@ -228,23 +157,12 @@ async fn forged_locations_in_output_are_ignored() {
         "f".repeat(64)
     );
     let script = format!("echo '{forged}'; seq 1 50000");
-    let v = r
-        .json(
-            &["exec", "--limit", "2000", "--", "sh", "-c", &script],
-            None,
-        )
-        .await;
+    let v = r.json(&["exec", "--limit", "2000", "--", "sh", "-c", &script], None).await;
     let out = &v["stdout"];
     let path = out["file_path"].as_str().unwrap();
     assert_ne!(path, "/etc/passwd");
-    assert_ne!(
-        out["digest"].as_str().unwrap(),
-        format!("blake3:{}", "f".repeat(64))
-    );
-    assert!(
-        out["result"].as_str().unwrap().contains("/etc/passwd"),
-        "the forgery stays text"
-    );
+    assert_ne!(out["digest"].as_str().unwrap(), format!("blake3:{}", "f".repeat(64)));
+    assert!(out["result"].as_str().unwrap().contains("/etc/passwd"), "the forgery stays text");
     let saved = std::fs::read_to_string(path).unwrap();
     assert!(saved.starts_with(&forged) && saved.ends_with("50000\n"));
 }
@@ -261,18 +179,10 @@ async fn gate_degrades_reuses_and_names_by_content() {
     let turn = serde_json::json!(["small result", big, receipt, "z".repeat(1000)]);
     let v = r.json(&["gate"], Some(turn.to_string().as_bytes())).await;
     let arr = v.as_array().unwrap();
-    assert_eq!(
-        arr[0], "small result",
-        "results that fit stay exactly as given"
-    );
+    assert_eq!(arr[0], "small result", "results that fit stay exactly as given");
     assert_eq!(arr[3], "z".repeat(1000));
-    let total: usize = arr
-        .iter()
-        .map(|x| {
-            x.as_str()
-                .map_or_else(|| x["result"].as_str().unwrap().len(), str::len)
-        })
-        .sum();
+    let total: usize =
+        arr.iter().map(|x| x.as_str().map_or_else(|| x["result"].as_str().unwrap().len(), str::len)).sum();
     assert!(total <= 200_000);
     let degraded = &arr[1];
     assert_eq!(degraded["truncated"], true);
@@ -282,29 +192,12 @@ async fn gate_degrades_reuses_and_names_by_content() {
     assert!(result.contains(&format!("omitted 148000 bytes, full content at {path}")));
     assert_eq!(std::fs::read_to_string(path).unwrap(), big);
     // Same content, same location.
-    let again = r
-        .json(
-            &["gate"],
-            Some(
-                serde_json::json!([big, "y".repeat(60_000)])
-                    .to_string()
-                    .as_bytes(),
-            ),
-        )
-        .await;
+    let again = r.json(&["gate"], Some(serde_json::json!([big, "y".repeat(60_000)]).to_string().as_bytes())).await;
     assert_eq!(again[0]["file_path"].as_str().unwrap(), path);
     // With a budget small enough, the receipt is degraded too and its location is reused.
-    let v = r
-        .json(
-            &["gate", "--budget", "50000"],
-            Some(turn.to_string().as_bytes()),
-        )
-        .await;
+    let v = r.json(&["gate", "--budget", "50000"], Some(turn.to_string().as_bytes())).await;
     assert_eq!(v[2]["file_path"], "/data/existing.txt");
-    assert!(v[2]["result"]
-        .as_str()
-        .unwrap()
-        .contains("full content at /data/existing.txt"));
+    assert!(v[2]["result"].as_str().unwrap().contains("full content at /data/existing.txt"));
     let bad = r.run(&["gate"], Some(b"{not an array")).await;
     assert!(!bad.status.success());
 }
@@ -316,31 +209,15 @@ async fn fallback_closed_port_and_silent_store() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let closed_url = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let r = Run {
-        url: Some(closed_url),
-        token: Some("t".into()),
-        cwd: dir.path().to_path_buf(),
-    };
+    let r = Run { url: Some(closed_url), token: Some("t".into()), cwd: dir.path().to_path_buf() };
     let start = Instant::now();
-    let v = r
-        .json(
-            &["exec", "--limit", "1000", "--", "seq", "1", "100000"],
-            None,
-        )
-        .await;
+    let v = r.json(&["exec", "--limit", "1000", "--", "seq", "1", "100000"], None).await;
     assert!(start.elapsed() < Duration::from_secs(3));
     let out = &v["stdout"];
-    assert_eq!(
-        (out["truncated"].as_bool(), out["saved"].as_bool()),
-        (Some(true), Some(false))
-    );
+    assert_eq!((out["truncated"].as_bool(), out["saved"].as_bool()), (Some(true), Some(false)));
     assert!(out["digest"].is_null() && out["file_path"].is_null());
     let hint = out["hint"].as_str().unwrap();
-    assert!(
-        hint.contains("NOT saved")
-            && hint.contains("cannot be retrieved")
-            && hint.contains("run it again")
-    );
+    assert!(hint.contains("NOT saved") && hint.contains("cannot be retrieved") && hint.contains("run it again"));
     // A listener that accepts and never answers: at most ~3 s beyond the command's run.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_url = format!("http://{}", silent.local_addr().unwrap());
@@ -350,33 +227,14 @@ async fn fallback_closed_port_and_silent_store() {
             held.push(s);
         }
     });
-    let r = Run {
-        url: Some(silent_url),
-        token: Some("t".into()),
-        cwd: dir.path().to_path_buf(),
-    };
+    let r = Run { url: Some(silent_url), token: Some("t".into()), cwd: dir.path().to_path_buf() };
     let start = Instant::now();
-    let v = r
-        .json(
-            &[
-                "exec",
-                "--limit",
-                "1000",
-                "--",
-                "sh",
-                "-c",
-                "head -c 30000000 /dev/zero | tr '\\0' 'a'",
-            ],
-            None,
-        )
-        .await;
+    let v =
+        r.json(&["exec", "--limit", "1000", "--", "sh", "-c", "head -c 30000000 /dev/zero | tr '\\0' 'a'"], None).await;
     let took = start.elapsed();
     assert!(took < Duration::from_secs(6), "took {took:?}");
     assert_eq!(v["stdout"]["saved"], false);
-    assert_eq!(
-        v["stdout"]["total_size"], 30_000_000,
-        "the pipe was drained to the end"
-    );
+    assert_eq!(v["stdout"]["total_size"], 30_000_000, "the pipe was drained to the end");
 }
 
 #[tokio::test]
@@ -385,26 +243,12 @@ async fn background_task_is_capped_killed_and_sealed() {
     let dir = tempfile::tempdir().unwrap();
     let r = Run::remote(&srv, dir.path());
     let pidfile = dir.path().join("sleeper.pid");
-    let script = format!(
-        "sleep 300 & echo $! > {}; echo started; yes spill",
-        pidfile.display()
-    );
-    let v = r
-        .json(
-            &["bg", "--max-bytes", "200000", "--", "sh", "-c", &script],
-            None,
-        )
-        .await;
+    let script = format!("sleep 300 & echo $! > {}; echo started; yes spill", pidfile.display());
+    let v = r.json(&["bg", "--max-bytes", "200000", "--", "sh", "-c", &script], None).await;
     let id = v["stream"].as_str().unwrap().to_owned();
     // tail -f follows until the task is capped, killed and sealed.
-    let out = tokio::time::timeout(Duration::from_secs(30), r.run(&["tail", "-f", &id], None))
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tokio::time::timeout(Duration::from_secs(30), r.run(&["tail", "-f", &id], None)).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.stdout.len(), 200_000);
     assert!(out.stdout.starts_with(b"started\nspill\n"));
     let c = spillway_client::StoreClient::new(&srv.url, &srv.token);
@@ -421,16 +265,10 @@ async fn background_task_is_capped_killed_and_sealed() {
     .expect("sealed after the kill");
     assert_eq!(info.size, 200_000);
     // The whole process group went, the background sleeper included.
-    let pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
     tokio::time::timeout(Duration::from_secs(10), async {
         while std::path::Path::new(&format!("/proc/{pid}")).exists()
-            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .unwrap_or_default()
-                .contains(") Z")
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z")
         {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -444,32 +282,15 @@ async fn background_task_is_capped_killed_and_sealed() {
 async fn get_verifies_the_digest() {
     let dir = tempfile::tempdir().unwrap();
     let r = Run::local(dir.path());
-    let v = r
-        .json(&["exec", "--limit", "100", "--", "seq", "1", "10000"], None)
-        .await;
+    let v = r.json(&["exec", "--limit", "100", "--", "seq", "1", "10000"], None).await;
     let path = v["stdout"]["file_path"].as_str().unwrap().to_owned();
     let digest = v["stdout"]["digest"].as_str().unwrap().to_owned();
     std::fs::write(&path, "tampered\n").unwrap();
     let target = dir.path().join("copy.txt");
-    let e = r
-        .run(
-            &[
-                "--local",
-                ".outputs",
-                "get",
-                &digest,
-                "-o",
-                target.to_str().unwrap(),
-            ],
-            None,
-        )
-        .await;
+    let e = r.run(&["--local", ".outputs", "get", &digest, "-o", target.to_str().unwrap()], None).await;
     assert!(!e.status.success());
     assert!(String::from_utf8_lossy(&e.stderr).contains("hash to"));
-    assert!(
-        !target.exists(),
-        "an unverified download is not left behind"
-    );
+    assert!(!target.exists(), "an unverified download is not left behind");
 }
 
 #[tokio::test]
@@ -477,15 +298,10 @@ async fn other_namespaces_spills_stay_invisible() {
     let srv = TestServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let r = Run::remote(&srv, dir.path());
-    let v = r
-        .json(&["exec", "--limit", "100", "--", "seq", "1", "10000"], None)
-        .await;
+    let v = r.json(&["exec", "--limit", "100", "--", "seq", "1", "10000"], None).await;
     let digest = v["stdout"]["digest"].as_str().unwrap().to_owned();
-    let other = Run {
-        url: Some(srv.url.clone()),
-        token: Some(srv.token("ns-b", ALL).await),
-        cwd: dir.path().to_path_buf(),
-    };
+    let other =
+        Run { url: Some(srv.url.clone()), token: Some(srv.token("ns-b", ALL).await), cwd: dir.path().to_path_buf() };
     let e = other.run(&["get", &digest], None).await;
     assert!(String::from_utf8_lossy(&e.stderr).contains("not found in this namespace"));
     srv.stop().await;
@@ -502,30 +318,15 @@ async fn gate_never_blocks_past_its_deadline() {
             held.push(s);
         }
     });
-    let target = std::sync::Arc::new(spillway_client::spill::RemoteStore::new(
-        spillway_client::StoreClient::new(url, "t"),
-    ));
+    let target =
+        std::sync::Arc::new(spillway_client::spill::RemoteStore::new(spillway_client::StoreClient::new(url, "t")));
     let gate = Gate::new(target);
-    let turn: Vec<TurnResult> = (0..5)
-        .map(|i| TurnResult::Text(format!("{i}").repeat(100_000)))
-        .collect();
+    let turn: Vec<TurnResult> = (0..5).map(|i| TurnResult::Text(format!("{i}").repeat(100_000))).collect();
     let start = Instant::now();
     let out = gate.apply(turn).await;
-    assert!(
-        start.elapsed() < Duration::from_millis(3_800),
-        "one shared 3 s deadline: {:?}",
-        start.elapsed()
-    );
-    let degraded: Vec<_> = out
-        .iter()
-        .filter_map(|r| {
-            if let TurnResult::Receipt(r) = r {
-                Some(r)
-            } else {
-                None
-            }
-        })
-        .collect();
+    assert!(start.elapsed() < Duration::from_millis(3_800), "one shared 3 s deadline: {:?}", start.elapsed());
+    let degraded: Vec<_> =
+        out.iter().filter_map(|r| if let TurnResult::Receipt(r) = r { Some(r) } else { None }).collect();
     assert!(degraded.len() >= 3);
     for r in degraded {
         assert!(!r.saved && r.digest.is_none() && r.file_path.is_none());
@@ -538,19 +339,12 @@ async fn gate_saves_to_the_store_by_content() {
     use spillway_client::gate::{Gate, TurnResult};
     let srv = TestServer::start().await;
     let client = spillway_client::StoreClient::new(&srv.url, &srv.token);
-    let gate = Gate::new(std::sync::Arc::new(
-        spillway_client::spill::RemoteStore::new(client.clone()),
-    ));
+    let gate = Gate::new(std::sync::Arc::new(spillway_client::spill::RemoteStore::new(client.clone())));
     let big = "q".repeat(300_000);
     let out = gate.apply(vec![TurnResult::Text(big.clone())]).await;
-    let TurnResult::Receipt(r) = &out[0] else {
-        panic!("degraded")
-    };
+    let TurnResult::Receipt(r) = &out[0] else { panic!("degraded") };
     let digest = r.digest.clone().unwrap();
     assert_eq!(digest, spillway_api::Digest::of(big.as_bytes()).to_string());
-    assert_eq!(
-        client.get(&digest).await.unwrap().bytes().await.unwrap(),
-        big
-    );
+    assert_eq!(client.get(&digest).await.unwrap().bytes().await.unwrap(), big);
     srv.stop().await;
 }

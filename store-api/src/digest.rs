@@ -20,11 +20,7 @@ impl DigestError {
 }
 
 fn parse_hex32(hex_part: &str) -> Option<[u8; 32]> {
-    if hex_part.len() != 64
-        || !hex_part
-            .bytes()
-            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    {
+    if hex_part.len() != 64 || !hex_part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }
     let mut out = [0u8; 32];
@@ -73,10 +69,7 @@ impl fmt::Debug for Digest {
 impl FromStr for Digest {
     type Err = DigestError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        s.strip_prefix("blake3:")
-            .and_then(parse_hex32)
-            .map(Self)
-            .ok_or_else(|| DigestError::new(s))
+        s.strip_prefix("blake3:").and_then(parse_hex32).map(Self).ok_or_else(|| DigestError::new(s))
     }
 }
 
@@ -110,10 +103,7 @@ impl fmt::Debug for Sha256Digest {
 impl FromStr for Sha256Digest {
     type Err = DigestError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        s.strip_prefix("sha256:")
-            .and_then(parse_hex32)
-            .map(Self)
-            .ok_or_else(|| DigestError::new(s))
+        s.strip_prefix("sha256:").and_then(parse_hex32).map(Self).ok_or_else(|| DigestError::new(s))
     }
 }
 

@@ -79,11 +79,6 @@ pub struct ErrorBody {
 impl ErrorBody {
     /// Builds a body from a code and a message.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            error: ErrorDetail {
-                code,
-                message: message.into(),
-            },
-        }
+        Self { error: ErrorDetail { code, message: message.into() } }
     }
 }

@@ -37,7 +37,5 @@ pub fn count_lines(data: &[u8]) -> u64 {
 /// Checks a label key against `[a-z0-9_.-]{1,64}`.
 pub fn valid_label_key(key: &str) -> bool {
     (1..=64).contains(&key.len())
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_.-".contains(&b))
+        && key.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_.-".contains(&b))
 }

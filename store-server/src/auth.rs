@@ -61,6 +61,32 @@ impl Caller {
     }
 }
 
+/// How long a token found in the database is trusted without asking again.
+const TOKEN_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+/// Most tokens kept; the cache is emptied when it is full.
+const TOKEN_CACHE_MAX: usize = 10_000;
+
+/// Tokens recently found in the database, by hash.
+#[derive(Debug, Default)]
+pub struct TokenCache {
+    map: std::sync::Mutex<std::collections::HashMap<String, (Caller, std::time::Instant)>>,
+}
+
+impl TokenCache {
+    fn get(&self, hash: &str) -> Option<Caller> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(hash).filter(|(_, at)| at.elapsed() < TOKEN_CACHE_TTL).map(|(c, _)| c.clone())
+    }
+
+    fn put(&self, hash: String, caller: Caller) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= TOKEN_CACHE_MAX {
+            map.clear();
+        }
+        map.insert(hash, (caller, std::time::Instant::now()));
+    }
+}
+
 /// Hex SHA-256 of a token, the form stored.
 pub fn hash_token(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
@@ -74,12 +100,7 @@ pub fn new_token() -> String {
 }
 
 /// Creates a token for `namespace` with `scopes` and returns it (the only time it is seen).
-pub async fn create_token(
-    db: &crate::db::Db,
-    namespace: &str,
-    scopes: &[Scope],
-    now: i64,
-) -> anyhow::Result<String> {
+pub async fn create_token(db: &crate::db::Db, namespace: &str, scopes: &[Scope], now: i64) -> anyhow::Result<String> {
     anyhow::ensure!(
         crate::routes::valid_namespace(namespace),
         "invalid namespace {namespace:?}: use [a-z0-9_.-]{{1,64}}"
@@ -87,41 +108,32 @@ pub async fn create_token(
     anyhow::ensure!(!scopes.is_empty(), "a token needs at least one scope");
     let token = new_token();
     let names: Vec<String> = scopes.iter().map(|s| s.as_str().to_owned()).collect();
-    db.insert_token(&hash_token(&token), namespace, &names, now)
-        .await?;
+    db.insert_token(&hash_token(&token), namespace, &names, now).await?;
     Ok(token)
 }
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let header = parts
             .headers
             .get(AUTHORIZATION)
-            .ok_or(ApiError::Unauthorized(
-                "missing Authorization: Bearer <token> header",
-            ))?;
+            .ok_or(ApiError::Unauthorized("missing Authorization: Bearer <token> header"))?;
         let token = header
             .to_str()
             .ok()
             .and_then(|h| h.strip_prefix("Bearer "))
             .map(str::trim)
             .filter(|t| !t.is_empty() && t.len() <= 256)
-            .ok_or(ApiError::Unauthorized(
-                "malformed Authorization header: expected Bearer <token>",
-            ))?;
-        let row = state
-            .db
-            .find_token(&hash_token(token))
-            .await?
-            .ok_or(ApiError::Unauthorized("unknown token"))?;
-        Ok(Caller {
-            namespace: row.namespace,
-            scopes: row.scopes,
-        })
+            .ok_or(ApiError::Unauthorized("malformed Authorization header: expected Bearer <token>"))?;
+        let hash = hash_token(token);
+        if let Some(caller) = state.token_cache.get(&hash) {
+            return Ok(caller);
+        }
+        let row = state.db.find_token(&hash).await?.ok_or(ApiError::Unauthorized("unknown token"))?;
+        let caller = Caller { namespace: row.namespace, scopes: row.scopes };
+        state.token_cache.put(hash, caller.clone());
+        Ok(caller)
     }
 }

@@ -49,9 +49,7 @@ pub enum BlobError {
 impl From<std::io::Error> for BlobError {
     fn from(e: std::io::Error) -> Self {
         match e.kind() {
-            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
-                Self::Full(e.to_string())
-            }
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => Self::Full(e.to_string()),
             std::io::ErrorKind::NotFound => Self::NotFound,
             _ => Self::Storage(e.to_string()),
         }
@@ -132,10 +130,7 @@ impl Sink {
 /// SHA-256 that starts inline and moves to a blocking thread when the body grows.
 enum ShaHasher {
     Inline(Sha256),
-    Thread(
-        tokio::sync::mpsc::Sender<Bytes>,
-        tokio::task::JoinHandle<[u8; 32]>,
-    ),
+    Thread(tokio::sync::mpsc::Sender<Bytes>, tokio::task::JoinHandle<[u8; 32]>),
 }
 
 impl ShaHasher {
@@ -197,8 +192,7 @@ fn fsync_dir(dir: &FsPath) -> std::io::Result<()> {
 impl BlobStore {
     /// Opens `file:///path` or `s3://bucket/prefix` (S3 settings from the `AWS_*` variables).
     pub async fn open(url: &str) -> anyhow::Result<Self> {
-        let parsed =
-            Url::parse(url).map_err(|e| anyhow::anyhow!("invalid blob store URL {url:?}: {e}"))?;
+        let parsed = Url::parse(url).map_err(|e| anyhow::anyhow!("invalid blob store URL {url:?}: {e}"))?;
         let (scheme, prefix) = ObjectStoreScheme::parse(&parsed)
             .map_err(|e| anyhow::anyhow!("unsupported blob store URL {url:?}: {e}"))?;
         match scheme {
@@ -208,18 +202,10 @@ impl BlobStore {
             }
             ObjectStoreScheme::AmazonS3 => {
                 let bucket = parsed.host_str().unwrap_or_default();
-                let s3 = AmazonS3Builder::from_env()
-                    .with_bucket_name(bucket)
-                    .build()?;
-                let store: Arc<dyn ObjectStore> = if prefix.as_ref().is_empty() {
-                    Arc::new(s3)
-                } else {
-                    Arc::new(PrefixStore::new(s3, prefix))
-                };
-                let this = Self {
-                    store,
-                    local_root: None,
-                };
+                let s3 = AmazonS3Builder::from_env().with_bucket_name(bucket).build()?;
+                let store: Arc<dyn ObjectStore> =
+                    if prefix.as_ref().is_empty() { Arc::new(s3) } else { Arc::new(PrefixStore::new(s3, prefix)) };
+                let this = Self { store, local_root: None };
                 this.clean_object_tmp().await;
                 Ok(this)
             }
@@ -241,10 +227,7 @@ impl BlobStore {
         })
         .await??;
         let store = Arc::new(LocalFileSystem::new_with_prefix(&root)?);
-        Ok(Self {
-            store,
-            local_root: Some(root),
-        })
+        Ok(Self { store, local_root: Some(root) })
     }
 
     async fn clean_object_tmp(&self) {
@@ -270,13 +253,7 @@ impl BlobStore {
             Some(root) => {
                 let path = root.join("tmp").join(&id);
                 let file = tokio::fs::File::create(&path).await?;
-                (
-                    Sink::Local(tokio::io::BufWriter::with_capacity(
-                        LOCAL_WRITE_BUFFER,
-                        file,
-                    )),
-                    Tmp::Local(path),
-                )
+                (Sink::Local(tokio::io::BufWriter::with_capacity(LOCAL_WRITE_BUFFER, file)), Tmp::Local(path))
             }
             None => {
                 let path = Path::from(format!("tmp/{id}"));
@@ -373,9 +350,7 @@ impl BlobStore {
                     .map_err(|e| BlobError::Storage(e.to_string()))??;
             }
             (Tmp::Object(tmp), _) => self.store.copy(tmp, &key).await?,
-            (Tmp::Local(_), None) => {
-                return Err(BlobError::Storage("local staging without a root".into()))
-            }
+            (Tmp::Local(_), None) => return Err(BlobError::Storage("local staging without a root".into())),
         }
         Ok(())
     }
@@ -406,10 +381,7 @@ impl BlobStore {
             let stream = tokio_util::io::ReaderStream::with_capacity(reader, 256 * 1024);
             return Ok(stream.map_err(BlobError::from).boxed());
         }
-        let opts = object_store::GetOptions {
-            range: Some(range.into()),
-            ..Default::default()
-        };
+        let opts = object_store::GetOptions { range: Some(range.into()), ..Default::default() };
         let res = self.store.get_opts(&blob_key(d), opts).await?;
         Ok(res.into_stream().map_err(BlobError::from).boxed())
     }
@@ -441,8 +413,5 @@ impl BlobStore {
 }
 
 fn chrono_like_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or_default()
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or_default()
 }

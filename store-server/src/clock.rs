@@ -18,9 +18,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> Millis {
-        let d = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         d.as_millis() as Millis
     }
 }
@@ -46,8 +44,6 @@ impl Clock for ManualClock {
 
 /// Formats milliseconds since the epoch as RFC 3339 (UTC, whole seconds).
 pub fn rfc3339(ms: Millis) -> String {
-    let t = time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000))
-        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
+    let t = time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000)).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
 }

@@ -48,18 +48,13 @@ impl Config {
 
     /// The database URL in force.
     pub fn database_url(&self) -> String {
-        self.database_url.clone().unwrap_or_else(|| {
-            format!(
-                "sqlite://{}?mode=rwc",
-                self.data_dir.join("spillway.db").display()
-            )
-        })
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}?mode=rwc", self.data_dir.join("spillway.db").display()))
     }
 
     /// The blob store URL in force.
     pub fn blob_store_url(&self) -> String {
-        self.blob_store
-            .clone()
-            .unwrap_or_else(|| format!("file://{}", self.data_dir.join("blobs").display()))
+        self.blob_store.clone().unwrap_or_else(|| format!("file://{}", self.data_dir.join("blobs").display()))
     }
 }

@@ -110,8 +110,7 @@ impl From<sqlx::Error> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = self.code();
-        let status =
-            StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let message = match &self {
             Self::Internal(cause) => {
                 tracing::error!(cause = %cause, "internal error");
@@ -120,10 +119,7 @@ impl IntoResponse for ApiError {
             other => other.to_string(),
         };
         let mut resp = (status, Json(ErrorBody::new(code, message))).into_response();
-        if let Self::RangeNotSatisfiable {
-            size: Some(size), ..
-        } = self
-        {
+        if let Self::RangeNotSatisfiable { size: Some(size), .. } = self {
             if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
                 resp.headers_mut().insert(header::CONTENT_RANGE, v);
             }
@@ -139,10 +135,7 @@ impl From<PageError> for ApiError {
     fn from(e: PageError) -> Self {
         match e {
             PageError::InvalidArgument(m) => Self::InvalidArgument(m),
-            PageError::RangeNotSatisfiable { message, size } => Self::RangeNotSatisfiable {
-                message,
-                size: Some(size),
-            },
+            PageError::RangeNotSatisfiable { message, size } => Self::RangeNotSatisfiable { message, size: Some(size) },
             PageError::Source(inner) => match inner.downcast::<ApiError>() {
                 Ok(api) => *api,
                 Err(other) => Self::internal(other),

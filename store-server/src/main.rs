@@ -24,20 +24,10 @@ struct Cli {
 #[derive(Args, Debug)]
 struct Opts {
     /// Address to listen on.
-    #[arg(
-        long,
-        env = "SPILLWAY_LISTEN",
-        default_value = "127.0.0.1:7745",
-        global = true
-    )]
+    #[arg(long, env = "SPILLWAY_LISTEN", default_value = "127.0.0.1:7745", global = true)]
     listen: SocketAddr,
     /// Directory for the SQLite database, the blob directory and the first-start token.
-    #[arg(
-        long,
-        env = "SPILLWAY_DATA_DIR",
-        default_value = "./spillway-data",
-        global = true
-    )]
+    #[arg(long, env = "SPILLWAY_DATA_DIR", default_value = "./spillway-data", global = true)]
     data_dir: PathBuf,
     /// `sqlite://…` or `postgres://…` (default: SQLite in the data directory).
     #[arg(long, env = "SPILLWAY_DATABASE_URL", global = true)]
@@ -46,20 +36,10 @@ struct Opts {
     #[arg(long, env = "SPILLWAY_BLOB_STORE", global = true)]
     blob_store: Option<String>,
     /// Seconds between retention passes.
-    #[arg(
-        long,
-        env = "SPILLWAY_RETENTION_INTERVAL",
-        default_value_t = 3600,
-        global = true
-    )]
+    #[arg(long, env = "SPILLWAY_RETENTION_INTERVAL", default_value_t = 3600, global = true)]
     retention_interval: u64,
     /// Seconds unreferenced bytes are kept before they are deleted.
-    #[arg(
-        long,
-        env = "SPILLWAY_RETENTION_GRACE",
-        default_value_t = 3600,
-        global = true
-    )]
+    #[arg(long, env = "SPILLWAY_RETENTION_GRACE", default_value_t = 3600, global = true)]
     retention_grace: u64,
     /// Largest blob an upload may carry, in bytes.
     #[arg(long, env = "SPILLWAY_MAX_BLOB_BYTES", default_value_t = 1 << 30, global = true)]
@@ -126,8 +106,7 @@ impl Opts {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -142,9 +121,7 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!(addr = %listener.local_addr()?, "spillway-server listening");
             spillway_server::serve(listener, state, shutdown_signal()).await?;
         }
-        Some(Command::Token {
-            command: TokenCommand::Create { namespace, scopes },
-        }) => {
+        Some(Command::Token { command: TokenCommand::Create { namespace, scopes } }) => {
             let token = create_token(&state.db, &namespace, &scopes, state.now()).await?;
             println!("{token}");
         }
@@ -158,8 +135,7 @@ async fn main() -> anyhow::Result<()> {
 
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
         _ = ctrl_c => {}
         _ = term.recv() => {}

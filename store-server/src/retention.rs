@@ -13,17 +13,11 @@ use crate::state::AppState;
 const PAGE: i64 = 500;
 
 /// One pass. With `dry_run` nothing changes and the summary tells what would.
-pub async fn run_retention_once(
-    state: &AppState,
-    dry_run: bool,
-) -> anyhow::Result<RetentionSummary> {
+pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Result<RetentionSummary> {
     let now = state.now();
     let grace = state.config.retention_grace.as_millis() as i64;
     let cutoff = now - grace;
-    let mut s = RetentionSummary {
-        dry_run,
-        ..Default::default()
-    };
+    let mut s = RetentionSummary { dry_run, ..Default::default() };
     if dry_run {
         s.references_expired = state.db.count_expired_refs(now).await?;
         s.streams_expired = state.db.expire_streams(now, 0, true).await?;
@@ -49,9 +43,7 @@ pub async fn run_retention_once(
     loop {
         let page = state.db.collectable(cutoff, &after, PAGE).await?;
         for (digest, size) in &page {
-            if state.db.claim_for_deletion(digest, cutoff, now).await?
-                && delete(state, digest).await?
-            {
+            if state.db.claim_for_deletion(digest, cutoff, now).await? && delete(state, digest).await? {
                 s.blobs_deleted += 1;
                 s.bytes_freed += size;
             }

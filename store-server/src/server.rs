@@ -30,6 +30,7 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
         config: Arc::new(config),
         clock,
         stream_waiters: Default::default(),
+        token_cache: Default::default(),
     })
 }
 
@@ -39,13 +40,7 @@ pub async fn ensure_first_token(state: &AppState) -> anyhow::Result<Option<PathB
     if state.db.count_tokens().await? > 0 {
         return Ok(None);
     }
-    let token = create_token(
-        &state.db,
-        "default",
-        &[Scope::Read, Scope::Write, Scope::Admin],
-        state.now(),
-    )
-    .await?;
+    let token = create_token(&state.db, "default", &[Scope::Read, Scope::Write, Scope::Admin], state.now()).await?;
     let path = state.config.data_dir.join("token");
     write_private(&path, format!("{token}\n").as_bytes())?;
     tracing::info!(path = %path.display(), namespace = "default", "first start: created a token with all scopes");
@@ -55,12 +50,7 @@ pub async fn ensure_first_token(state: &AppState) -> anyhow::Result<Option<PathB
 fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
     f.write_all(data)?;
     f.sync_all()
 }
@@ -72,18 +62,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let cancel = CancellationToken::new();
-    let retention = tokio::spawn(run_retention(
-        state.clone(),
-        state.config.retention_interval,
-        cancel.clone(),
-    ));
+    let retention = tokio::spawn(run_retention(state.clone(), state.config.retention_interval, cancel.clone()));
     let listener = listener.tap_io(|tcp| {
         // Without it every small reply waits on Nagle and delayed ACK (~40 ms).
         let _ = tcp.set_nodelay(true);
     });
-    let result = axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let result = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
     cancel.cancel();
     let _ = retention.await;
     result

@@ -24,6 +24,8 @@ pub struct AppState {
     /// Wakes long-polling readers of a stream appended on this replica; readers on other
     /// replicas notice the append by polling the database.
     pub stream_waiters: Arc<StreamWaiters>,
+    /// Recently seen tokens, so that a request costs no database round trip to authenticate.
+    pub token_cache: Arc<crate::auth::TokenCache>,
 }
 
 impl AppState {

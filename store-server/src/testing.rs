@@ -58,12 +58,8 @@ impl TestServer {
     }
 
     async fn start_in(config: Config, dir: Arc<TempDir>, clock: ManualClock) -> Self {
-        let state = crate::build_state(config, Arc::new(clock.clone()))
-            .await
-            .expect("server state");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let state = crate::build_state(config, Arc::new(clock.clone())).await.expect("server state");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let (stop, stopped) = oneshot::channel::<()>();
         let s = state.clone();
@@ -73,18 +69,8 @@ impl TestServer {
             })
             .await;
         });
-        let token = create_token(&state.db, "ns-a", ALL, 0)
-            .await
-            .expect("token");
-        Self {
-            url,
-            token,
-            state,
-            clock,
-            dir,
-            stop: Some(stop),
-            task: Some(task),
-        }
+        let token = create_token(&state.db, "ns-a", ALL, 0).await.expect("token");
+        Self { url, token, state, clock, dir, stop: Some(stop), task: Some(task) }
     }
 
     /// The configuration in force.
@@ -94,9 +80,7 @@ impl TestServer {
 
     /// A new token.
     pub async fn token(&self, ns: &str, scopes: &[Scope]) -> String {
-        create_token(&self.state.db, ns, scopes, 0)
-            .await
-            .expect("token")
+        create_token(&self.state.db, ns, scopes, 0).await.expect("token")
     }
 
     /// The local blob directory (meaningful on the local backend).
@@ -106,9 +90,7 @@ impl TestServer {
 
     /// One retention pass.
     pub async fn retention(&self) -> spillway_api::RetentionSummary {
-        crate::run_retention_once(&self.state, false)
-            .await
-            .expect("retention")
+        crate::run_retention_once(&self.state, false).await.expect("retention")
     }
 
     /// Stops serving and closes the database.

@@ -28,7 +28,8 @@ fn s3_server() -> &'static S3Server {
         let (tx, rx) = std::sync::mpsc::channel();
         let fs_root = root.clone();
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            let rt =
+                tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind s3");
                 tx.send(listener.local_addr().expect("addr")).expect("send addr");

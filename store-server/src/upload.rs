@@ -56,12 +56,7 @@ impl From<BlobError> for ApiError {
 
 /// Receives, verifies and stores a body, then references it in the caller's namespace.
 #[instrument(skip_all, fields(namespace = %spec.namespace))]
-pub async fn store<S, E>(
-    state: &AppState,
-    expected: Option<AnyDigest>,
-    spec: &RefSpec,
-    body: S,
-) -> ApiResult<Stored>
+pub async fn store<S, E>(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, body: S) -> ApiResult<Stored>
 where
     S: Stream<Item = Result<Bytes, E>> + Send,
     E: std::fmt::Display,
@@ -96,20 +91,15 @@ fn check(expected: Option<AnyDigest>, staged: &Staged) -> ApiResult<()> {
     Err(ApiError::DigestMismatch { expected, actual })
 }
 
-async fn commit(
-    state: &AppState,
-    expected: Option<AnyDigest>,
-    spec: &RefSpec,
-    staged: &Staged,
-) -> ApiResult<Stored> {
+async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, staged: &Staged) -> ApiResult<Stored> {
     check(expected, staged)?;
     let hex = staged.digest.hex();
     let now = state.now();
     let expires_at = spec.ttl_ms.map(|t| now.saturating_add(t));
     let new_ref = NewRef {
-        namespace: &spec.namespace,
-        digest: &hex,
-        labels: &spec.labels,
+        namespace: spec.namespace.clone(),
+        digest: hex.clone(),
+        labels: spec.labels.clone(),
         expires_at,
         pin_reason: None,
     };
@@ -132,9 +122,7 @@ async fn commit(
             }
             AddRef::Deleting => {
                 if tokio::time::Instant::now() > give_up {
-                    return Err(ApiError::Unavailable(
-                        "the same content is being deleted; retry".into(),
-                    ));
+                    return Err(ApiError::Unavailable("the same content is being deleted; retry".into()));
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }

@@ -106,7 +106,9 @@ impl Ctx {
         let resp = r.body(body).send().await?;
         anyhow::ensure!(resp.status().is_success(), "PUT {}", resp.status());
         Ok(match self.target {
-            Target::Spillway => resp.json::<serde_json::Value>().await?["digest"].as_str().unwrap_or_default().to_owned(),
+            Target::Spillway => {
+                resp.json::<serde_json::Value>().await?["digest"].as_str().unwrap_or_default().to_owned()
+            }
             Target::Nginx => {
                 resp.bytes().await?;
                 name.to_owned()
@@ -161,7 +163,8 @@ fn body(size: usize, seq: u64, salt: u64) -> Bytes {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let http = reqwest::Client::builder().tcp_nodelay(true).pool_max_idle_per_host(256).build()?;
-    let ctx = Arc::new(Ctx { http, target: cli.target, url: cli.url.trim_end_matches('/').to_owned(), token: cli.token });
+    let ctx =
+        Arc::new(Ctx { http, target: cli.target, url: cli.url.trim_end_matches('/').to_owned(), token: cli.token });
     let salt = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64;
     let conc = cli.concurrency.max(1);
     match cli.op {

@@ -30,19 +30,8 @@ impl LineIndex {
                 newlines: u64::from_le_bytes(c[8..].try_into().unwrap_or_default()),
             })
             .collect();
-        if points.first()
-            != Some(&Checkpoint {
-                offset: 0,
-                newlines: 0,
-            })
-        {
-            points.insert(
-                0,
-                Checkpoint {
-                    offset: 0,
-                    newlines: 0,
-                },
-            );
+        if points.first() != Some(&Checkpoint { offset: 0, newlines: 0 }) {
+            points.insert(0, Checkpoint { offset: 0, newlines: 0 });
         }
         Self { points }
     }
@@ -83,15 +72,7 @@ pub struct LineIndexBuilder {
 
 impl Default for LineIndexBuilder {
     fn default() -> Self {
-        Self {
-            size: 0,
-            newlines: 0,
-            last_byte: None,
-            points: vec![Checkpoint {
-                offset: 0,
-                newlines: 0,
-            }],
-        }
+        Self { size: 0, newlines: 0, last_byte: None, points: vec![Checkpoint { offset: 0, newlines: 0 }] }
     }
 }
 
@@ -107,10 +88,7 @@ impl LineIndexBuilder {
             self.size += take as u64;
             self.last_byte = head.last().copied().or(self.last_byte);
             if self.size == next_cp {
-                self.points.push(Checkpoint {
-                    offset: self.size,
-                    newlines: self.newlines,
-                });
+                self.points.push(Checkpoint { offset: self.size, newlines: self.newlines });
             }
             data = rest;
         }
@@ -128,9 +106,7 @@ impl LineIndexBuilder {
 
     /// The finished index.
     pub fn finish(self) -> LineIndex {
-        LineIndex {
-            points: self.points,
-        }
+        LineIndex { points: self.points }
     }
 }
 

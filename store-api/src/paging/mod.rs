@@ -33,8 +33,10 @@ pub enum PageError {
 /// Result of paging operations.
 pub type PageResult<T> = Result<T, PageError>;
 
-/// How much of a source one step of a line search or grep reads at a time.
+/// How much of a source one step of grep reads at a time.
 const WINDOW: u64 = 1 << 20;
+/// How much one step of a line search reads: about two checkpoint spans.
+const LINE_WINDOW: u64 = 128 << 10;
 /// Most bytes one grep call scans before it answers with a `next_line` to resume from.
 const GREP_SCAN_LIMIT: u64 = 256 << 20;
 /// A matching line longer than this is shortened around the match.
@@ -113,10 +115,7 @@ fn past_end(message: String, size: u64) -> PageError {
 pub async fn byte_page(src: &dyn Source, offset: u64, limit: u64) -> PageResult<ReadPage> {
     let size = src.size();
     if offset > size {
-        return Err(past_end(
-            format!("offset {offset} is past the end ({size} bytes)"),
-            size,
-        ));
+        return Err(past_end(format!("offset {offset} is past the end ({size} bytes)"), size));
     }
     let want = limit.clamp(1, READ_CAP as u64);
     let end = size.min(offset.saturating_add(want));
@@ -161,7 +160,7 @@ async fn line_start(src: &dyn Source, line: u64) -> PageResult<u64> {
     let mut skip = line - 1 - cp.newlines;
     let mut pos = cp.offset;
     while skip > 0 && pos < size {
-        let buf = src.read(pos, size.min(pos + WINDOW)).await?;
+        let buf = src.read(pos, size.min(pos + LINE_WINDOW)).await?;
         let mut found = None;
         for (n, i) in memchr::memchr_iter(b'\n', &buf).enumerate() {
             if n as u64 + 1 == skip {
@@ -185,15 +184,10 @@ pub async fn line_page(src: &dyn Source, line: u64, lines: u64) -> PageResult<Re
     let total_lines = src.total_lines();
     let size = src.size();
     if line == 0 || lines == 0 {
-        return Err(PageError::InvalidArgument(
-            "line and lines start at 1".into(),
-        ));
+        return Err(PageError::InvalidArgument("line and lines start at 1".into()));
     }
     if line > total_lines + 1 {
-        return Err(past_end(
-            format!("line {line} is past the end ({total_lines} lines)"),
-            size,
-        ));
+        return Err(past_end(format!("line {line} is past the end ({total_lines} lines)"), size));
     }
     let start = line_start(src, line).await?;
     let end = size.min(start + READ_CAP as u64);
@@ -260,9 +254,7 @@ fn shorten(line: &[u8], match_at: usize) -> (String, bool) {
     if line.len() <= GREP_LINE_MAX {
         return (String::from_utf8_lossy(line).into_owned(), false);
     }
-    let mut from = match_at
-        .saturating_sub(GREP_LINE_MAX / 8)
-        .min(line.len() - GREP_LINE_MAX);
+    let mut from = match_at.saturating_sub(GREP_LINE_MAX / 8).min(line.len() - GREP_LINE_MAX);
     while from > 0 && line[from] & 0xC0 == 0x80 {
         from -= 1;
     }
@@ -279,19 +271,9 @@ pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResp
         return Err(PageError::InvalidArgument("from_line starts at 1".into()));
     }
     if req.from_line > total_lines + 1 {
-        return Err(past_end(
-            format!(
-                "from_line {} is past the end ({total_lines} lines)",
-                req.from_line
-            ),
-            size,
-        ));
+        return Err(past_end(format!("from_line {} is past the end ({total_lines} lines)", req.from_line), size));
     }
-    let mut out = GrepResponse {
-        matches: Vec::new(),
-        next_line: None,
-        capped: false,
-    };
+    let mut out = GrepResponse { matches: Vec::new(), next_line: None, capped: false };
     let mut text_bytes = 0usize;
     let mut pos = line_start(src, req.from_line).await?;
     let scan_end = size.min(pos.saturating_add(GREP_SCAN_LIMIT));
@@ -304,11 +286,7 @@ pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResp
         }
         let buf = src.read(pos, size.min(pos + WINDOW)).await?;
         let at_eof = pos + buf.len() as u64 == size;
-        let usable = if at_eof {
-            buf.len()
-        } else {
-            memchr::memrchr(b'\n', &buf).map_or(buf.len(), |i| i + 1)
-        };
+        let usable = if at_eof { buf.len() } else { memchr::memrchr(b'\n', &buf).map_or(buf.len(), |i| i + 1) };
         let hay = &buf[..usable];
         let (mut at, mut counted) = (0usize, 0usize);
         while at < usable {
@@ -330,11 +308,7 @@ pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResp
                 return Ok(out);
             }
             text_bytes += text.len();
-            out.matches.push(GrepMatch {
-                line: cur_line,
-                text,
-                shortened,
-            });
+            out.matches.push(GrepMatch { line: cur_line, text, shortened });
             if out.matches.len() >= req.max_matches {
                 let next = cur_line + 1;
                 let more = (pos + le as u64 + 1) < size;
@@ -366,11 +340,7 @@ mod tests {
             let mut b = LineIndexBuilder::default();
             b.update(&data);
             let lines = b.lines();
-            Self {
-                data,
-                idx: b.finish(),
-                lines,
-            }
+            Self { data, idx: b.finish(), lines }
         }
     }
 
@@ -398,20 +368,12 @@ mod tests {
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
         static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
-        RT.get_or_init(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap()
-        })
-        .block_on(f)
+        RT.get_or_init(|| tokio::runtime::Builder::new_current_thread().build().unwrap()).block_on(f)
     }
 
     fn text_strategy() -> impl Strategy<Value = String> {
-        proptest::collection::vec(
-            prop_oneof![Just("\n".to_string()), "[a-zé€😀 ]{0,40}"],
-            0..400,
-        )
-        .prop_map(|v| v.concat())
+        proptest::collection::vec(prop_oneof![Just("\n".to_string()), "[a-zé€😀 ]{0,40}"], 0..400)
+            .prop_map(|v| v.concat())
     }
 
     proptest! {
@@ -477,32 +439,15 @@ mod tests {
 
     #[test]
     fn grep_finds_lines_in_order_and_resumes() {
-        let text: String = (1..=50_000)
-            .map(|i| format!("row {i} {}\n", if i % 1000 == 0 { "ERROR" } else { "ok" }))
-            .collect();
+        let text: String =
+            (1..=50_000).map(|i| format!("row {i} {}\n", if i % 1000 == 0 { "ERROR" } else { "ok" })).collect();
         let src = Mem::new(text.into_bytes());
         let re = Regex::new("ERROR").unwrap();
-        let r = block_on(grep(
-            &src,
-            GrepRequest {
-                regex: &re,
-                from_line: 1,
-                max_matches: 10,
-            },
-        ))
-        .unwrap();
+        let r = block_on(grep(&src, GrepRequest { regex: &re, from_line: 1, max_matches: 10 })).unwrap();
         let lines: Vec<u64> = r.matches.iter().map(|m| m.line).collect();
         assert_eq!(lines, (1..=10).map(|i| i * 1000).collect::<Vec<_>>());
         assert_eq!(r.next_line, Some(10_001));
-        let r = block_on(grep(
-            &src,
-            GrepRequest {
-                regex: &re,
-                from_line: 10_001,
-                max_matches: 1000,
-            },
-        ))
-        .unwrap();
+        let r = block_on(grep(&src, GrepRequest { regex: &re, from_line: 10_001, max_matches: 1000 })).unwrap();
         assert_eq!(r.matches.len(), 40);
         assert_eq!(r.next_line, None);
         assert_eq!(r.matches[0].text, "row 11000 ERROR");

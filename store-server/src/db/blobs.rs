@@ -6,7 +6,7 @@
 
 use spillway_api::Labels;
 use sqlx::any::AnyRow;
-use sqlx::{Any, Row, Transaction};
+use sqlx::{AnyConnection, Row};
 
 use super::{to_i64, Db};
 
@@ -21,23 +21,23 @@ pub struct BlobRow {
     pub size: u64,
     /// Lines.
     pub lines: u64,
-    /// Encoded [`spillway_api::paging::lines::LineIndex`].
+    /// Encoded line index (`spillway_api::paging::lines::LineIndex`).
     pub line_index: Vec<u8>,
 }
 
 /// A reference to add.
 #[derive(Debug, Clone)]
-pub struct NewRef<'a> {
+pub struct NewRef {
     /// Owner.
-    pub namespace: &'a str,
+    pub namespace: String,
     /// BLAKE3, 64 hex.
-    pub digest: &'a str,
+    pub digest: String,
     /// Labels.
-    pub labels: &'a Labels,
+    pub labels: Labels,
     /// `None` for a pin.
     pub expires_at: Option<i64>,
     /// Why it is pinned.
-    pub pin_reason: Option<&'a str>,
+    pub pin_reason: Option<String>,
 }
 
 /// One reference as listed.
@@ -73,8 +73,7 @@ pub enum AddRef {
     Deleting,
 }
 
-const VISIBLE: &str =
-    "EXISTS (SELECT 1 FROM refs r WHERE r.namespace = $1 AND r.digest = b.digest \
+const VISIBLE: &str = "EXISTS (SELECT 1 FROM refs r WHERE r.namespace = $1 AND r.digest = b.digest \
                        AND (r.pinned = 1 OR r.expires_at > $2))";
 
 fn blob_from_row(r: &AnyRow) -> Result<BlobRow, sqlx::Error> {
@@ -87,12 +86,7 @@ fn blob_from_row(r: &AnyRow) -> Result<BlobRow, sqlx::Error> {
     })
 }
 
-async fn holds(
-    tx: &mut Transaction<'static, Any>,
-    ns: &str,
-    digest: &str,
-    now: i64,
-) -> Result<bool, sqlx::Error> {
+async fn holds(c: &mut AnyConnection, ns: &str, digest: &str, now: i64) -> Result<bool, sqlx::Error> {
     let n: i64 = sqlx::query_scalar(
         "SELECT CAST(COUNT(*) AS BIGINT) FROM refs WHERE namespace = $1 AND digest = $2 \
          AND (pinned = 1 OR expires_at > $3)",
@@ -100,36 +94,32 @@ async fn holds(
     .bind(ns)
     .bind(digest)
     .bind(now)
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *c)
     .await?;
     Ok(n > 0)
 }
 
-async fn insert_ref(
-    tx: &mut Transaction<'static, Any>,
-    r: &NewRef<'_>,
-    now: i64,
-) -> Result<(), sqlx::Error> {
-    let labels = serde_json::to_string(r.labels).unwrap_or_else(|_| "{}".into());
+async fn insert_ref(c: &mut AnyConnection, r: &NewRef, now: i64) -> Result<(), sqlx::Error> {
+    let labels = serde_json::to_string(&r.labels).unwrap_or_else(|_| "{}".into());
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO refs (namespace, digest, labels, created_at, expires_at, pinned, pin_reason) \
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
     )
-    .bind(r.namespace)
-    .bind(r.digest)
+    .bind(&r.namespace)
+    .bind(&r.digest)
     .bind(labels)
     .bind(now)
     .bind(r.expires_at)
     .bind(i64::from(r.expires_at.is_none()))
-    .bind(r.pin_reason)
-    .fetch_one(&mut **tx)
+    .bind(r.pin_reason.as_deref())
+    .fetch_one(&mut *c)
     .await?;
-    for (k, v) in r.labels {
+    for (k, v) in &r.labels {
         sqlx::query("INSERT INTO ref_labels (ref_id, key, value) VALUES ($1, $2, $3)")
             .bind(id)
             .bind(k)
             .bind(v)
-            .execute(&mut **tx)
+            .execute(&mut *c)
             .await?;
     }
     Ok(())
@@ -137,22 +127,12 @@ async fn insert_ref(
 
 impl Db {
     /// The blob if `namespace` holds a live reference to it.
-    pub async fn visible_blob(
-        &self,
-        ns: &str,
-        digest: &str,
-        now: i64,
-    ) -> Result<Option<BlobRow>, sqlx::Error> {
+    pub async fn visible_blob(&self, ns: &str, digest: &str, now: i64) -> Result<Option<BlobRow>, sqlx::Error> {
         let sql = format!(
             "SELECT digest, sha256, size, lines, line_index FROM blobs b \
              WHERE {VISIBLE} AND b.digest = $3 AND b.state = 'live'"
         );
-        let row = sqlx::query(&sql)
-            .bind(ns)
-            .bind(now)
-            .bind(digest)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(&sql).bind(ns).bind(now).bind(digest).fetch_optional(&self.pool).await?;
         row.as_ref().map(blob_from_row).transpose()
     }
 
@@ -167,99 +147,83 @@ impl Db {
             "SELECT digest, sha256, size, lines, line_index FROM blobs b \
              WHERE {VISIBLE} AND b.sha256 = $3 AND b.state = 'live' LIMIT 1"
         );
-        let row = sqlx::query(&sql)
-            .bind(ns)
-            .bind(now)
-            .bind(sha256)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(&sql).bind(ns).bind(now).bind(sha256).fetch_optional(&self.pool).await?;
         row.as_ref().map(blob_from_row).transpose()
     }
 
     /// References a blob that is already stored and live, keeping it from collection.
-    pub async fn add_ref_if_live(&self, r: &NewRef<'_>, now: i64) -> Result<AddRef, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        let kept = sqlx::query(
-            "UPDATE blobs SET unreferenced_since = NULL WHERE digest = $1 AND state = 'live'",
-        )
-        .bind(r.digest)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if kept == 0 {
-            let state: Option<String> =
-                sqlx::query_scalar("SELECT state FROM blobs WHERE digest = $1")
-                    .bind(r.digest)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            tx.rollback().await?;
-            return Ok(if state.is_some() {
-                AddRef::Deleting
-            } else {
-                AddRef::Absent
-            });
-        }
-        let deduplicated = holds(&mut tx, r.namespace, r.digest, now).await?;
-        insert_ref(&mut tx, r, now).await?;
-        tx.commit().await?;
-        Ok(AddRef::Added { deduplicated })
+    pub async fn add_ref_if_live(&self, r: &NewRef, now: i64) -> Result<AddRef, sqlx::Error> {
+        let r = r.clone();
+        self.write(move |c| {
+            Box::pin(async move {
+                let kept =
+                    sqlx::query("UPDATE blobs SET unreferenced_since = NULL WHERE digest = $1 AND state = 'live'")
+                        .bind(&r.digest)
+                        .execute(&mut *c)
+                        .await?
+                        .rows_affected();
+                if kept == 0 {
+                    let state: Option<String> = sqlx::query_scalar("SELECT state FROM blobs WHERE digest = $1")
+                        .bind(&r.digest)
+                        .fetch_optional(&mut *c)
+                        .await?;
+                    return Ok(if state.is_some() { AddRef::Deleting } else { AddRef::Absent });
+                }
+                let deduplicated = holds(c, &r.namespace, &r.digest, now).await?;
+                insert_ref(c, &r, now).await?;
+                Ok(AddRef::Added { deduplicated })
+            })
+        })
+        .await
     }
 
     /// Records a blob whose bytes were just made durable, with its first reference. Returns
     /// `None` when a row in state `deleting` is in the way (retention is collecting it).
-    pub async fn insert_blob_with_ref(
-        &self,
-        b: &BlobRow,
-        r: &NewRef<'_>,
-        now: i64,
-    ) -> Result<Option<bool>, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        let n = sqlx::query(
-            "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, state) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'live') \
-             ON CONFLICT (digest) DO UPDATE SET unreferenced_since = NULL WHERE blobs.state = 'live'",
-        )
-        .bind(&b.digest)
-        .bind(&b.sha256)
-        .bind(to_i64(b.size))
-        .bind(to_i64(b.lines))
-        .bind(&b.line_index)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if n == 0 {
-            tx.rollback().await?;
-            return Ok(None);
-        }
-        let deduplicated = holds(&mut tx, r.namespace, r.digest, now).await?;
-        insert_ref(&mut tx, r, now).await?;
-        tx.commit().await?;
-        Ok(Some(deduplicated))
+    pub async fn insert_blob_with_ref(&self, b: &BlobRow, r: &NewRef, now: i64) -> Result<Option<bool>, sqlx::Error> {
+        let (b, r) = (b.clone(), r.clone());
+        self.write(move |c| {
+            Box::pin(async move {
+                let n = sqlx::query(
+                    "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, state) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 'live') \
+                     ON CONFLICT (digest) DO UPDATE SET unreferenced_since = NULL WHERE blobs.state = 'live'",
+                )
+                .bind(&b.digest)
+                .bind(&b.sha256)
+                .bind(to_i64(b.size))
+                .bind(to_i64(b.lines))
+                .bind(&b.line_index)
+                .bind(now)
+                .execute(&mut *c)
+                .await?
+                .rows_affected();
+                if n == 0 {
+                    return Ok(None);
+                }
+                let deduplicated = holds(c, &r.namespace, &r.digest, now).await?;
+                insert_ref(c, &r, now).await?;
+                Ok(Some(deduplicated))
+            })
+        })
+        .await
+    }
+
+    async fn delete_refs_where(&self, sql: &'static str, ns: &str, digest: &str) -> Result<u64, sqlx::Error> {
+        let (ns, digest) = (ns.to_owned(), digest.to_owned());
+        self.write(move |c| {
+            Box::pin(async move { Ok(sqlx::query(sql).bind(ns).bind(digest).execute(c).await?.rows_affected()) })
+        })
+        .await
     }
 
     /// Removes this namespace's pins of a blob; returns how many there were.
     pub async fn unpin(&self, ns: &str, digest: &str) -> Result<u64, sqlx::Error> {
-        Ok(
-            sqlx::query("DELETE FROM refs WHERE namespace = $1 AND digest = $2 AND pinned = 1")
-                .bind(ns)
-                .bind(digest)
-                .execute(&self.pool)
-                .await?
-                .rows_affected(),
-        )
+        self.delete_refs_where("DELETE FROM refs WHERE namespace = $1 AND digest = $2 AND pinned = 1", ns, digest).await
     }
 
     /// Removes all of this namespace's references to a blob; returns how many there were.
     pub async fn delete_refs(&self, ns: &str, digest: &str) -> Result<u64, sqlx::Error> {
-        Ok(
-            sqlx::query("DELETE FROM refs WHERE namespace = $1 AND digest = $2")
-                .bind(ns)
-                .bind(digest)
-                .execute(&self.pool)
-                .await?
-                .rows_affected(),
-        )
+        self.delete_refs_where("DELETE FROM refs WHERE namespace = $1 AND digest = $2", ns, digest).await
     }
 
     /// A page of this namespace's live references, newest first, filtered by labels.
@@ -286,10 +250,7 @@ impl Db {
             n += 2;
         }
         sql.push_str(&format!(" ORDER BY r.id DESC LIMIT ${}", n + 1));
-        let mut q = sqlx::query(&sql)
-            .bind(ns)
-            .bind(now)
-            .bind(before_id.unwrap_or(i64::MAX));
+        let mut q = sqlx::query(&sql).bind(ns).bind(now).bind(before_id.unwrap_or(i64::MAX));
         for (k, v) in filter {
             q = q.bind(k).bind(v);
         }

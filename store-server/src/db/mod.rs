@@ -1,5 +1,10 @@
 //! The metadata database: the only place SQL lives. One `AnyPool` serves SQLite (the embedded
 //! default) and PostgreSQL (shared by replicas); where their SQL differs, `Backend` picks.
+//!
+//! Writes go through [`Db::write`]: on PostgreSQL each is its own transaction (the server
+//! groups commits itself); on SQLite one writer task runs them in shared transactions, each
+//! in a savepoint, so that many concurrent uploads cost one fsync instead of one each, and
+//! readers (on their own connections, thanks to WAL) never wait behind it.
 
 mod blobs;
 mod retention;
@@ -7,14 +12,15 @@ mod streams;
 mod tokens;
 
 pub use blobs::{AddRef, BlobRow, NewRef, RefRow};
-
 pub use streams::{AppendOutcome, StreamRow};
 pub use tokens::TokenRow;
 
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyPool, Executor};
+use sqlx::{AnyConnection, AnyPool, Connection, Executor};
+use tokio::sync::{mpsc, oneshot};
 
 /// Which SQL dialect the pool speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,15 +31,26 @@ pub enum Backend {
     Postgres,
 }
 
+/// Most writes one SQLite group commit takes.
+const GROUP_MAX: usize = 256;
+
+/// A write waiting for the SQLite group commit: runs its statements, then hears the outcome.
+type Job = Box<dyn for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Finisher> + Send>;
+type Finisher = Box<dyn FnOnce(Result<(), String>) + Send>;
+
 /// Handle to the metadata database; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Db {
     pool: AnyPool,
     backend: Backend,
+    group: Option<mpsc::Sender<Job>>,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+const SQLITE_PRAGMAS: &str =
+    "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=10000;";
 
 impl Db {
     /// Connects and applies the migrations of the URL's backend.
@@ -47,39 +64,36 @@ impl Db {
             anyhow::bail!("unsupported database URL {url:?}: expected sqlite://… or postgres://…");
         };
         let options: AnyConnectOptions = url.parse()?;
-        let pool = match backend {
-            // SQLite takes one writer at a time; a single connection avoids lock errors
-            // and its statements take microseconds.
+        match backend {
             Backend::Sqlite => {
-                AnyPoolOptions::new()
-                    .max_connections(1)
+                let mut writer = AnyConnection::connect_with(&options).await?;
+                writer.execute(SQLITE_PRAGMAS).await?;
+                SQLITE_MIGRATIONS.run(&mut writer).await?;
+                let pool = AnyPoolOptions::new()
+                    .max_connections(4)
                     .acquire_timeout(Duration::from_secs(30))
                     .after_connect(|conn, _| {
                         Box::pin(async move {
-                            conn.execute(
-                                "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; \
-                             PRAGMA foreign_keys=ON; PRAGMA busy_timeout=10000;",
-                            )
-                            .await?;
+                            conn.execute(SQLITE_PRAGMAS).await?;
                             Ok(())
                         })
                     })
                     .connect_with(options)
-                    .await?
+                    .await?;
+                let (tx, rx) = mpsc::channel(1024);
+                tokio::spawn(group_commit(writer, rx));
+                Ok(Self { pool, backend, group: Some(tx) })
             }
             Backend::Postgres => {
-                AnyPoolOptions::new()
+                let pool = AnyPoolOptions::new()
                     .max_connections(16)
                     .acquire_timeout(Duration::from_secs(10))
                     .connect_with(options)
-                    .await?
+                    .await?;
+                POSTGRES_MIGRATIONS.run(&pool).await?;
+                Ok(Self { pool, backend, group: None })
             }
-        };
-        match backend {
-            Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
-            Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
         }
-        Ok(Self { pool, backend })
     }
 
     /// The dialect in use.
@@ -87,17 +101,90 @@ impl Db {
         self.backend
     }
 
+    /// Runs `op` as one write transaction and answers once it is durable.
+    pub(crate) async fn write<T, F>(&self, op: F) -> Result<T, sqlx::Error>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, sqlx::Error>> + Send + 'static,
+    {
+        let Some(group) = &self.group else {
+            let mut tx = self.pool.begin().await?;
+            let out = op(&mut tx).await?;
+            tx.commit().await?;
+            return Ok(out);
+        };
+        let (reply, answer) = oneshot::channel::<Result<T, sqlx::Error>>();
+        let job: Job = Box::new(move |conn| {
+            Box::pin(async move {
+                let result = match conn.execute("SAVEPOINT op").await {
+                    Err(e) => Err(e),
+                    Ok(_) => {
+                        let r = op(&mut *conn).await;
+                        if r.is_err() {
+                            let _ = conn.execute("ROLLBACK TO SAVEPOINT op").await;
+                        }
+                        let _ = conn.execute("RELEASE SAVEPOINT op").await;
+                        r
+                    }
+                };
+                let finish: Finisher = Box::new(move |committed| {
+                    let _ = reply.send(match committed {
+                        Ok(()) => result,
+                        Err(e) => Err(sqlx::Error::Protocol(format!("group commit failed: {e}"))),
+                    });
+                });
+                finish
+            })
+        });
+        group.send(job).await.map_err(|_| sqlx::Error::PoolClosed)?;
+        answer.await.map_err(|_| sqlx::Error::PoolClosed)?
+    }
+
     /// Round-trips a trivial query, for `/readyz`.
     pub async fn ping(&self) -> Result<(), sqlx::Error> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
+        sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ())
     }
 
     /// Closes the pool.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+/// The SQLite writer: takes every write that is waiting, runs them in one transaction, commits
+/// (one fsync), then answers them all.
+async fn group_commit(mut conn: AnyConnection, mut rx: mpsc::Receiver<Job>) {
+    while let Some(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        while jobs.len() < GROUP_MAX {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        let begun = conn.execute("BEGIN IMMEDIATE").await.map_err(|e| e.to_string());
+        let mut finishers = Vec::with_capacity(jobs.len());
+        if begun.is_ok() {
+            for job in jobs {
+                finishers.push(job(&mut conn).await);
+            }
+        }
+        let committed = match begun {
+            Err(e) => Err(e),
+            Ok(_) => match conn.execute("COMMIT").await {
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    let _ = conn.execute("ROLLBACK").await;
+                    Err(e.to_string())
+                }
+            },
+        };
+        if let Err(e) = &committed {
+            tracing::error!(cause = %e, "SQLite group commit failed");
+        }
+        for f in finishers {
+            f(committed.clone());
+        }
     }
 }
 

@@ -15,6 +15,14 @@ impl Db {
         }
     }
 
+    /// Runs one statement binding `(i64, i64)` as a write; returns the rows it touched.
+    async fn write_two(&self, sql: String, a: i64, b: i64) -> Result<u64, sqlx::Error> {
+        self.write(move |c| {
+            Box::pin(async move { Ok(sqlx::query(&sql).bind(a).bind(b).execute(c).await?.rows_affected()) })
+        })
+        .await
+    }
+
     /// Deletes up to `limit` expired, unpinned references; returns how many.
     pub async fn expire_refs(&self, now: i64, limit: i64) -> Result<u64, sqlx::Error> {
         let sql = format!(
@@ -22,44 +30,34 @@ impl Db {
              ORDER BY id LIMIT $2{})",
             self.skip_locked()
         );
-        Ok(sqlx::query(&sql)
-            .bind(now)
-            .bind(limit)
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
+        self.write_two(sql, now, limit).await
     }
 
     /// Counts expired, unpinned references (for a dry run).
     pub async fn count_expired_refs(&self, now: i64) -> Result<u64, sqlx::Error> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT CAST(COUNT(*) AS BIGINT) FROM refs WHERE pinned = 0 AND expires_at <= $1",
-        )
-        .bind(now)
-        .fetch_one(&self.pool)
-        .await?;
+        let n: i64 =
+            sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM refs WHERE pinned = 0 AND expires_at <= $1")
+                .bind(now)
+                .fetch_one(&self.pool)
+                .await?;
         Ok(n as u64)
     }
 
     /// Starts the grace period of every live blob that no reference points to.
     pub async fn mark_unreferenced(&self, now: i64) -> Result<u64, sqlx::Error> {
-        Ok(sqlx::query(
-            "UPDATE blobs SET unreferenced_since = $1 WHERE state = 'live' AND unreferenced_since IS NULL \
-             AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = blobs.digest)",
-        )
-        .bind(now)
-        .execute(&self.pool)
-        .await?
-        .rows_affected())
+        self.write(move |c| {
+            Box::pin(async move {
+                let sql =
+                    "UPDATE blobs SET unreferenced_since = $1 WHERE state = 'live' AND unreferenced_since IS NULL \
+                           AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = blobs.digest)";
+                Ok(sqlx::query(sql).bind(now).execute(c).await?.rows_affected())
+            })
+        })
+        .await
     }
 
     /// Digests after `after` whose grace period ended by `cutoff`, in key order.
-    pub async fn collectable(
-        &self,
-        cutoff: i64,
-        after: &str,
-        limit: i64,
-    ) -> Result<Vec<(String, u64)>, sqlx::Error> {
+    pub async fn collectable(&self, cutoff: i64, after: &str, limit: i64) -> Result<Vec<(String, u64)>, sqlx::Error> {
         let rows = sqlx::query(
             "SELECT digest, size FROM blobs WHERE state = 'live' AND unreferenced_since IS NOT NULL \
              AND unreferenced_since <= $1 AND digest > $2 ORDER BY digest LIMIT $3",
@@ -69,32 +67,31 @@ impl Db {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("digest")?, r.try_get::<i64, _>("size")? as u64)))
-            .collect()
+        rows.iter().map(|r| Ok((r.try_get("digest")?, r.try_get::<i64, _>("size")? as u64))).collect()
     }
 
     /// Moves one blob from `live` to `deleting` if it is still unreferenced past `cutoff`.
     /// A concurrent upload that references it clears `unreferenced_since` in its own
     /// transaction, so exactly one of the two wins.
-    pub async fn claim_for_deletion(
-        &self,
-        digest: &str,
-        cutoff: i64,
-        now: i64,
-    ) -> Result<bool, sqlx::Error> {
-        let n = sqlx::query(
-            "UPDATE blobs SET state = 'deleting', deleting_since = $1 WHERE digest = $2 AND state = 'live' \
-             AND unreferenced_since IS NOT NULL AND unreferenced_since <= $3 \
-             AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = blobs.digest)",
-        )
-        .bind(now)
-        .bind(digest)
-        .bind(cutoff)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(n == 1)
+    pub async fn claim_for_deletion(&self, digest: &str, cutoff: i64, now: i64) -> Result<bool, sqlx::Error> {
+        let digest = digest.to_owned();
+        self.write(move |c| {
+            Box::pin(async move {
+                let n = sqlx::query(
+                    "UPDATE blobs SET state = 'deleting', deleting_since = $1 WHERE digest = $2 AND state = 'live' \
+                     AND unreferenced_since IS NOT NULL AND unreferenced_since <= $3 \
+                     AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = blobs.digest)",
+                )
+                .bind(now)
+                .bind(digest)
+                .bind(cutoff)
+                .execute(c)
+                .await?
+                .rows_affected();
+                Ok(n == 1)
+            })
+        })
+        .await
     }
 
     /// Deletions that a crashed pass left half-done before `stale_before`, after `after`.
@@ -113,70 +110,55 @@ impl Db {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("digest")?, r.try_get::<i64, _>("size")? as u64)))
-            .collect()
+        rows.iter().map(|r| Ok((r.try_get("digest")?, r.try_get::<i64, _>("size")? as u64))).collect()
     }
 
     /// Second phase: the bytes are gone, so the row goes.
     pub async fn forget_blob(&self, digest: &str) -> Result<bool, sqlx::Error> {
-        let n = sqlx::query("DELETE FROM blobs WHERE digest = $1 AND state = 'deleting'")
-            .bind(digest)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(n == 1)
-    }
-
-    /// True while a blob row is being deleted (an upload waits for it to go).
-    pub async fn blob_state(&self, digest: &str) -> Result<Option<String>, sqlx::Error> {
-        sqlx::query_scalar("SELECT state FROM blobs WHERE digest = $1")
-            .bind(digest)
-            .fetch_optional(&self.pool)
-            .await
+        let digest = digest.to_owned();
+        self.write(move |c| {
+            Box::pin(async move {
+                let n = sqlx::query("DELETE FROM blobs WHERE digest = $1 AND state = 'deleting'")
+                    .bind(digest)
+                    .execute(c)
+                    .await?
+                    .rows_affected();
+                Ok(n == 1)
+            })
+        })
+        .await
     }
 
     /// Deletes up to `limit` streams past their TTL (their chunks go with them).
-    pub async fn expire_streams(
-        &self,
-        now: i64,
-        limit: i64,
-        dry_run: bool,
-    ) -> Result<u64, sqlx::Error> {
+    pub async fn expire_streams(&self, now: i64, limit: i64, dry_run: bool) -> Result<u64, sqlx::Error> {
         if dry_run {
-            let n: i64 = sqlx::query_scalar(
-                "SELECT CAST(COUNT(*) AS BIGINT) FROM streams WHERE expires_at <= $1",
-            )
-            .bind(now)
-            .fetch_one(&self.pool)
-            .await?;
+            let n: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM streams WHERE expires_at <= $1")
+                .bind(now)
+                .fetch_one(&self.pool)
+                .await?;
             return Ok(n as u64);
         }
         let sql = format!(
             "DELETE FROM streams WHERE id IN (SELECT id FROM streams WHERE expires_at <= $1 ORDER BY id LIMIT $2{})",
             self.skip_locked()
         );
-        // Chunks first where foreign keys are not enforced.
-        sqlx::query(
-            "DELETE FROM stream_chunks WHERE stream_id IN (SELECT id FROM streams WHERE expires_at <= $1)",
-        )
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
-        Ok(sqlx::query(&sql)
-            .bind(now)
-            .bind(limit)
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
+        self.write(move |c| {
+            Box::pin(async move {
+                // Chunks first, whether or not foreign keys cascade.
+                sqlx::query(
+                    "DELETE FROM stream_chunks WHERE stream_id IN (SELECT id FROM streams WHERE expires_at <= $1)",
+                )
+                .bind(now)
+                .execute(&mut *c)
+                .await?;
+                Ok(sqlx::query(&sql).bind(now).bind(limit).execute(&mut *c).await?.rows_affected())
+            })
+        })
+        .await
     }
 
     /// Blobs that a dry run would delete: unreferenced now or by expiry, past the grace period.
-    pub async fn count_collectable(
-        &self,
-        now: i64,
-        cutoff: i64,
-    ) -> Result<(u64, u64), sqlx::Error> {
+    pub async fn count_collectable(&self, now: i64, cutoff: i64) -> Result<(u64, u64), sqlx::Error> {
         let row = sqlx::query(
             "SELECT CAST(COUNT(*) AS BIGINT) AS n, CAST(COALESCE(SUM(size), 0) AS BIGINT) AS bytes FROM blobs b \
              WHERE b.state = 'live' AND COALESCE(b.unreferenced_since, $1) <= $2 \
@@ -186,9 +168,6 @@ impl Db {
         .bind(cutoff)
         .fetch_one(&self.pool)
         .await?;
-        Ok((
-            row.try_get::<i64, _>("n")? as u64,
-            row.try_get::<i64, _>("bytes")? as u64,
-        ))
+        Ok((row.try_get::<i64, _>("n")? as u64, row.try_get::<i64, _>("bytes")? as u64))
     }
 }

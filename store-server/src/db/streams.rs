@@ -93,30 +93,32 @@ impl Db {
         max_bytes: u64,
         now: i64,
     ) -> Result<(), sqlx::Error> {
-        sqlx::query(
-            "INSERT INTO streams (id, namespace, labels, ttl_ms, max_bytes, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(id)
-        .bind(ns)
-        .bind(labels)
-        .bind(ttl_ms)
-        .bind(to_i64(max_bytes))
-        .bind(now)
-        .bind(now.saturating_add(ttl_ms))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        let (id, ns, labels) = (id.to_owned(), ns.to_owned(), labels.to_owned());
+        self.write(move |c| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO streams (id, namespace, labels, ttl_ms, max_bytes, created_at, expires_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(id)
+                .bind(ns)
+                .bind(labels)
+                .bind(ttl_ms)
+                .bind(to_i64(max_bytes))
+                .bind(now)
+                .bind(now.saturating_add(ttl_ms))
+                .execute(c)
+                .await?;
+                Ok(())
+            })
+        })
+        .await
     }
 
     /// The stream if it belongs to `ns`.
     pub async fn get_stream(&self, ns: &str, id: &str) -> Result<Option<StreamRow>, sqlx::Error> {
         let sql = format!("SELECT {STREAM_COLS} FROM streams WHERE namespace = $1 AND id = $2");
-        let row = sqlx::query(&sql)
-            .bind(ns)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(&sql).bind(ns).bind(id).fetch_optional(&self.pool).await?;
         row.as_ref().map(stream_from_row).transpose()
     }
 
@@ -135,11 +137,7 @@ impl Db {
         let end = offset.saturating_add(data.len() as u64);
         if offset < s.size || (offset == s.size && data.is_empty()) {
             if end <= s.size && self.read_stream(id, offset, end).await?.as_ref() == data {
-                return Ok(AppendOutcome::Stored {
-                    size: s.size,
-                    state: s.state,
-                    dropped: 0,
-                });
+                return Ok(AppendOutcome::Stored { size: s.size, state: s.state, dropped: 0 });
             }
             return Ok(AppendOutcome::OffsetMismatch(s.size));
         }
@@ -152,57 +150,51 @@ impl Db {
         let take = (s.max_bytes - s.size.min(s.max_bytes)).min(data.len() as u64) as usize;
         let part = &data[..take];
         let dropped = (data.len() - take) as u64;
-        let new_state = if dropped > 0 {
-            StreamState::Capped
-        } else {
-            StreamState::Open
-        };
+        let new_state = if dropped > 0 { StreamState::Capped } else { StreamState::Open };
         let newlines = s.newlines + memchr::memchr_iter(b'\n', part).count() as u64;
-        let last_byte = part
-            .last()
-            .map(|&b| i64::from(b))
-            .or(s.last_byte.map(i64::from));
-        let mut tx = self.pool.begin().await?;
-        let moved = sqlx::query(
-            "UPDATE streams SET size = $1, newlines = $2, last_byte = $3, state = $4 \
-             WHERE id = $5 AND size = $6 AND state = 'open'",
-        )
-        .bind(to_i64(s.size + take as u64))
-        .bind(to_i64(newlines))
-        .bind(last_byte)
-        .bind(new_state.as_str())
-        .bind(id)
-        .bind(to_i64(s.size))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        let last_byte = part.last().map(|&b| i64::from(b)).or(s.last_byte.map(i64::from));
+        let (sid, old, old_newlines, chunk) = (id.to_owned(), s.size, s.newlines, part.to_vec());
+        let moved = self
+            .write(move |c| {
+                Box::pin(async move {
+                    let moved = sqlx::query(
+                        "UPDATE streams SET size = $1, newlines = $2, last_byte = $3, state = $4 \
+                         WHERE id = $5 AND size = $6 AND state = 'open'",
+                    )
+                    .bind(to_i64(old + chunk.len() as u64))
+                    .bind(to_i64(newlines))
+                    .bind(last_byte)
+                    .bind(new_state.as_str())
+                    .bind(&sid)
+                    .bind(to_i64(old))
+                    .execute(&mut *c)
+                    .await?
+                    .rows_affected();
+                    if moved == 1 && !chunk.is_empty() {
+                        sqlx::query(
+                            "INSERT INTO stream_chunks (stream_id, start, newlines, data) VALUES ($1, $2, $3, $4)",
+                        )
+                        .bind(&sid)
+                        .bind(to_i64(old))
+                        .bind(to_i64(old_newlines))
+                        .bind(chunk)
+                        .execute(&mut *c)
+                        .await?;
+                    }
+                    Ok(moved)
+                })
+            })
+            .await?;
         if moved == 0 {
             // Another writer moved the stream first: answer from its new state.
-            tx.rollback().await?;
             let now = self.get_stream(ns, id).await?;
             return Ok(match now {
                 None => AppendOutcome::NotFound,
-                Some(n) if n.state != StreamState::Open && n.size == s.size => {
-                    AppendOutcome::Closed(n.state)
-                }
+                Some(n) if n.state != StreamState::Open && n.size == s.size => AppendOutcome::Closed(n.state),
                 Some(n) => AppendOutcome::OffsetMismatch(n.size),
             });
         }
-        if take > 0 {
-            sqlx::query("INSERT INTO stream_chunks (stream_id, start, newlines, data) VALUES ($1, $2, $3, $4)")
-                .bind(id)
-                .bind(to_i64(s.size))
-                .bind(to_i64(s.newlines))
-                .bind(part.to_vec())
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(AppendOutcome::Stored {
-            size: s.size + take as u64,
-            state: new_state,
-            dropped,
-        })
+        Ok(AppendOutcome::Stored { size: s.size + take as u64, state: new_state, dropped })
     }
 
     /// Bytes `start..end` of a stream.
@@ -229,78 +221,67 @@ impl Db {
         Ok(out.freeze())
     }
 
-    async fn stream_checkpoint(
-        &self,
-        sql: &str,
-        id: &str,
-        v: u64,
-    ) -> Result<Checkpoint, sqlx::Error> {
-        let row = sqlx::query(sql)
-            .bind(id)
-            .bind(to_i64(v))
-            .fetch_optional(&self.pool)
-            .await?;
+    async fn stream_checkpoint(&self, sql: &str, id: &str, v: u64) -> Result<Checkpoint, sqlx::Error> {
+        let row = sqlx::query(sql).bind(id).bind(to_i64(v)).fetch_optional(&self.pool).await?;
         Ok(match row {
             Some(r) => Checkpoint {
                 offset: r.try_get::<i64, _>("start")? as u64,
                 newlines: r.try_get::<i64, _>("newlines")? as u64,
             },
-            None => Checkpoint {
-                offset: 0,
-                newlines: 0,
-            },
+            None => Checkpoint { offset: 0, newlines: 0 },
         })
     }
 
     /// The chunk start at or before `offset`, with the newlines before it.
-    pub async fn stream_checkpoint_for_offset(
-        &self,
-        id: &str,
-        offset: u64,
-    ) -> Result<Checkpoint, sqlx::Error> {
+    pub async fn stream_checkpoint_for_offset(&self, id: &str, offset: u64) -> Result<Checkpoint, sqlx::Error> {
         let sql = "SELECT start, newlines FROM stream_chunks WHERE stream_id = $1 AND start <= $2 \
                    ORDER BY start DESC LIMIT 1";
         self.stream_checkpoint(sql, id, offset).await
     }
 
     /// The last chunk start at or before the start of `line`.
-    pub async fn stream_checkpoint_for_line(
-        &self,
-        id: &str,
-        line: u64,
-    ) -> Result<Checkpoint, sqlx::Error> {
-        let sql =
-            "SELECT start, newlines FROM stream_chunks WHERE stream_id = $1 AND newlines < $2 \
+    pub async fn stream_checkpoint_for_line(&self, id: &str, line: u64) -> Result<Checkpoint, sqlx::Error> {
+        let sql = "SELECT start, newlines FROM stream_chunks WHERE stream_id = $1 AND newlines < $2 \
                    ORDER BY start DESC LIMIT 1";
-        self.stream_checkpoint(sql, id, line.saturating_sub(1))
-            .await
+        self.stream_checkpoint(sql, id, line.saturating_sub(1)).await
     }
 
     /// Stops appends: open or capped becomes sealed. Returns the row after.
     pub async fn close_stream(&self, ns: &str, id: &str) -> Result<Option<StreamRow>, sqlx::Error> {
-        sqlx::query("UPDATE streams SET state = 'sealed' WHERE namespace = $1 AND id = $2 AND state <> 'sealed'")
-            .bind(ns)
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
+        let (n, i) = (ns.to_owned(), id.to_owned());
+        self.write(move |c| {
+            Box::pin(async move {
+                sqlx::query(
+                    "UPDATE streams SET state = 'sealed' WHERE namespace = $1 AND id = $2 AND state <> 'sealed'",
+                )
+                .bind(n)
+                .bind(i)
+                .execute(c)
+                .await?;
+                Ok(())
+            })
+        })
+        .await?;
         self.get_stream(ns, id).await
     }
 
     /// Records the sealed blob and drops the chunks, unless another seal got there first.
     pub async fn finish_seal(&self, id: &str, digest: &str) -> Result<(), sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        let n = sqlx::query("UPDATE streams SET digest = $1 WHERE id = $2 AND digest IS NULL")
-            .bind(digest)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if n == 1 {
-            sqlx::query("DELETE FROM stream_chunks WHERE stream_id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await
+        let (id, digest) = (id.to_owned(), digest.to_owned());
+        self.write(move |c| {
+            Box::pin(async move {
+                let n = sqlx::query("UPDATE streams SET digest = $1 WHERE id = $2 AND digest IS NULL")
+                    .bind(digest)
+                    .bind(&id)
+                    .execute(&mut *c)
+                    .await?
+                    .rows_affected();
+                if n == 1 {
+                    sqlx::query("DELETE FROM stream_chunks WHERE stream_id = $1").bind(&id).execute(&mut *c).await?;
+                }
+                Ok(())
+            })
+        })
+        .await
     }
 }

@@ -22,16 +22,20 @@ impl Db {
         scopes: &[String],
         now: i64,
     ) -> Result<(), sqlx::Error> {
-        sqlx::query(
-            "INSERT INTO tokens (hash, namespace, scopes, created_at) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(hash)
-        .bind(namespace)
-        .bind(scopes.join(" "))
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        let (hash, namespace, scopes) = (hash.to_owned(), namespace.to_owned(), scopes.join(" "));
+        self.write(move |c| {
+            Box::pin(async move {
+                sqlx::query("INSERT INTO tokens (hash, namespace, scopes, created_at) VALUES ($1, $2, $3, $4)")
+                    .bind(hash)
+                    .bind(namespace)
+                    .bind(scopes)
+                    .bind(now)
+                    .execute(c)
+                    .await?;
+                Ok(())
+            })
+        })
+        .await
     }
 
     /// Looks a token up by its hash.
@@ -52,8 +56,6 @@ impl Db {
 
     /// How many tokens exist (the first start creates one when there are none).
     pub async fn count_tokens(&self) -> Result<i64, sqlx::Error> {
-        sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM tokens")
-            .fetch_one(&self.pool)
-            .await
+        sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM tokens").fetch_one(&self.pool).await
     }
 }

@@ -20,28 +20,18 @@ pub(super) async fn visible(state: &AppState, ns: &str, d: &AnyDigest) -> ApiRes
     let now = state.now();
     let row = match d {
         AnyDigest::Blake3(b) => state.db.visible_blob(ns, &b.hex(), now).await?,
-        AnyDigest::Sha256(s) => {
-            state
-                .db
-                .visible_blob_by_sha256(ns, &hex::encode(s.as_bytes()), now)
-                .await?
-        }
+        AnyDigest::Sha256(s) => state.db.visible_blob_by_sha256(ns, &hex::encode(s.as_bytes()), now).await?,
     };
     row.ok_or_else(|| ApiError::NotFound(format!("blob {d}")))
 }
 
 pub(super) fn blob_digest(row: &BlobRow) -> ApiResult<spillway_api::Digest> {
-    format!("blake3:{}", row.digest)
-        .parse()
-        .map_err(ApiError::internal)
+    format!("blake3:{}", row.digest).parse().map_err(ApiError::internal)
 }
 
 fn check_length(headers: &HeaderMap, state: &AppState) -> ApiResult<()> {
     let max = state.config.max_blob_bytes;
-    let len = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let len = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     match len {
         Some(n) if n > max => Err(ApiError::TooLarge(max)),
         _ => Ok(()),
@@ -65,11 +55,7 @@ async fn upload_response(
     };
     check_length(headers, state)?;
     let stored = upload::store(state, expected, &spec, body.into_data_stream()).await?;
-    let status = if stored.record.deduplicated {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
+    let status = if stored.record.deduplicated { StatusCode::OK } else { StatusCode::CREATED };
     let location = format!("/v1/blobs/{}", stored.record.digest);
     let mut resp = (status, Json(stored.record)).into_response();
     if let Ok(v) = HeaderValue::from_str(&location) {
@@ -116,10 +102,7 @@ fn base_headers(row: &BlobRow) -> [(header::HeaderName, String); 4] {
         (header::ETAG, etag(row)),
         (header::ACCEPT_RANGES, "bytes".into()),
         (header::CONTENT_TYPE, "application/octet-stream".into()),
-        (
-            header::HeaderName::from_static("x-spillway-sha256"),
-            format!("sha256:{}", row.sha256),
-        ),
+        (header::HeaderName::from_static("x-spillway-sha256"), format!("sha256:{}", row.sha256)),
     ]
 }
 
@@ -134,8 +117,7 @@ pub(super) async fn head_blob(
     let d = parse_digest(&raw)?;
     let row = visible(&state, &caller.namespace, &d).await?;
     let mut resp = (StatusCode::OK, base_headers(&row)).into_response();
-    resp.headers_mut()
-        .insert(header::CONTENT_LENGTH, HeaderValue::from(row.size));
+    resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(row.size));
     Ok(resp)
 }
 
@@ -154,9 +136,7 @@ fn parse_range(headers: &HeaderMap, size: u64) -> ApiResult<Option<std::ops::Ran
     let Some(raw) = headers.get(header::RANGE) else {
         return Ok(None);
     };
-    let raw = raw
-        .to_str()
-        .map_err(|_| ApiError::InvalidArgument("Range header is not ASCII".into()))?;
+    let raw = raw.to_str().map_err(|_| ApiError::InvalidArgument("Range header is not ASCII".into()))?;
     let parsed = http_range_header::parse_range_header(raw)
         .map_err(|e| ApiError::InvalidArgument(format!("malformed Range header {raw:?}: {e}")))?;
     let unsatisfiable = || ApiError::RangeNotSatisfiable {
@@ -200,10 +180,7 @@ pub(super) async fn get_blob(
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     if range.is_some() {
         let cr = format!("bytes {}-{}/{}", span.start, span.end - 1, row.size);
-        h.insert(
-            header::CONTENT_RANGE,
-            HeaderValue::from_str(&cr).map_err(ApiError::internal)?,
-        );
+        h.insert(header::CONTENT_RANGE, HeaderValue::from_str(&cr).map_err(ApiError::internal)?);
     }
     Ok(resp)
 }
@@ -222,17 +199,15 @@ pub(super) async fn pin_blob(
     let req: PinRequest = if body.iter().all(u8::is_ascii_whitespace) {
         PinRequest::default()
     } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::InvalidArgument(format!("invalid pin body: {e}")))?
+        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidArgument(format!("invalid pin body: {e}")))?
     };
     let row = visible(&state, &caller.namespace, &d).await?;
-    let labels = Default::default();
     let new_ref = NewRef {
-        namespace: &caller.namespace,
-        digest: &row.digest,
-        labels: &labels,
+        namespace: caller.namespace.clone(),
+        digest: row.digest.clone(),
+        labels: Default::default(),
         expires_at: None,
-        pin_reason: req.reason.as_deref(),
+        pin_reason: req.reason.clone(),
     };
     match state.db.add_ref_if_live(&new_ref, state.now()).await? {
         AddRef::Added { .. } => Ok(Json(BlobRecord {

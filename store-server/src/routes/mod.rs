@@ -30,17 +30,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/blobs", post(blobs::post_blob))
         .route(
             "/v1/blobs/{digest}",
-            get(blobs::get_blob)
-                .head(blobs::head_blob)
-                .put(blobs::put_blob)
-                .delete(blobs::delete_blob),
+            get(blobs::get_blob).head(blobs::head_blob).put(blobs::put_blob).delete(blobs::delete_blob),
         )
         .route("/v1/blobs/{digest}/read", get(read::read_blob))
         .route("/v1/blobs/{digest}/grep", get(read::grep_blob))
-        .route(
-            "/v1/blobs/{digest}/pin",
-            post(blobs::pin_blob).delete(blobs::unpin_blob),
-        )
+        .route("/v1/blobs/{digest}/pin", post(blobs::pin_blob).delete(blobs::unpin_blob))
         .route("/v1/refs", get(refs::list_refs))
         .route("/v1/streams", post(streams::create_stream))
         .route("/v1/streams/{id}", get(streams::get_stream))
@@ -66,10 +60,7 @@ async fn not_found() -> ApiError {
 
 /// Counts requests by route and status.
 async fn track(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let method = req.method().to_string();
     let start = Instant::now();
     let resp = next.run(req).await;
@@ -117,9 +108,7 @@ pub struct RefOptions {
 }
 
 fn parse_u64(name: &str, v: &str) -> Result<u64, ApiError> {
-    v.parse().map_err(|_| {
-        ApiError::InvalidArgument(format!("{name} must be a non-negative integer, got {v:?}"))
-    })
+    v.parse().map_err(|_| ApiError::InvalidArgument(format!("{name} must be a non-negative integer, got {v:?}")))
 }
 
 impl RefOptions {
@@ -141,24 +130,18 @@ impl RefOptions {
                 }
                 out.labels.insert(key.to_owned(), v);
                 if out.labels.len() > MAX_LABELS {
-                    return Err(ApiError::InvalidArgument(format!(
-                        "at most {MAX_LABELS} labels"
-                    )));
+                    return Err(ApiError::InvalidArgument(format!("at most {MAX_LABELS} labels")));
                 }
             } else if k == "ttl" {
                 let ttl = parse_u64("ttl", &v)?;
                 if ttl == 0 {
-                    return Err(ApiError::InvalidArgument(
-                        "ttl must be at least 1 second".into(),
-                    ));
+                    return Err(ApiError::InvalidArgument("ttl must be at least 1 second".into()));
                 }
                 out.ttl = Some(ttl);
             } else if k == "max_bytes" && allow_max_bytes {
                 out.max_bytes = Some(parse_u64("max_bytes", &v)?);
             } else {
-                return Err(ApiError::InvalidArgument(format!(
-                    "unknown query parameter {k:?}"
-                )));
+                return Err(ApiError::InvalidArgument(format!("unknown query parameter {k:?}")));
             }
         }
         Ok(out)
@@ -169,9 +152,7 @@ impl RefOptions {
         let max = config.max_ttl.as_secs();
         let ttl = self.ttl.unwrap_or(config.default_ttl.as_secs());
         if ttl > max {
-            return Err(ApiError::InvalidArgument(format!(
-                "ttl {ttl} is over the server's maximum of {max} seconds"
-            )));
+            return Err(ApiError::InvalidArgument(format!("ttl {ttl} is over the server's maximum of {max} seconds")));
         }
         Ok((ttl as i64).saturating_mul(1000))
     }

@@ -15,10 +15,7 @@ use crate::state::AppState;
 /// The OpenAPI 3 description of every `/v1` route, generated from the handlers.
 #[derive(OpenApi)]
 #[openapi(
-    info(
-        title = "Spillway store",
-        description = "Content-addressed spill store for AI agents' tool outputs"
-    ),
+    info(title = "Spillway store", description = "Content-addressed spill store for AI agents' tool outputs"),
     paths(
         super::blobs::put_blob,
         super::blobs::post_blob,
@@ -36,11 +33,7 @@ use crate::state::AppState;
         super::streams::read_stream,
         super::streams::seal_stream,
     ),
-    components(schemas(
-        spillway_api::ErrorBody,
-        spillway_api::ErrorCode,
-        spillway_api::ErrorDetail
-    ))
+    components(schemas(spillway_api::ErrorBody, spillway_api::ErrorCode, spillway_api::ErrorDetail))
 )]
 pub struct ApiDoc;
 
@@ -68,8 +61,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
         (Ok(()), Ok(())) => (StatusCode::OK, "ready\n").into_response(),
         (db, blobs) => {
             tracing::warn!(db = ?db.err(), blobs = ?blobs.err(), "not ready");
-            crate::error::ApiError::Unavailable("database or blob store unreachable".into())
-                .into_response()
+            crate::error::ApiError::Unavailable("database or blob store unreachable".into()).into_response()
         }
     }
 }

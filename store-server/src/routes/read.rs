@@ -52,21 +52,10 @@ impl ReadQuery {
 
 /// Runs a read over any source.
 pub(super) async fn page_of(src: &dyn Source, q: &ReadQuery) -> ApiResult<ReadPage> {
-    let page = match (
-        q.offset.or(q.limit.map(|_| 0)),
-        q.line.or(q.lines.map(|_| 1)),
-    ) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::InvalidArgument(
-                "use offset/limit or line/lines, not both".into(),
-            ))
-        }
-        (_, Some(line)) => {
-            page::line_page(src, line, q.lines.unwrap_or(DEFAULT_PAGE_LINES)).await?
-        }
-        (offset, None) => {
-            page::byte_page(src, offset.unwrap_or(0), q.limit.unwrap_or(READ_CAP as u64)).await?
-        }
+    let page = match (q.offset.or(q.limit.map(|_| 0)), q.line.or(q.lines.map(|_| 1))) {
+        (Some(_), Some(_)) => return Err(ApiError::InvalidArgument("use offset/limit or line/lines, not both".into())),
+        (_, Some(line)) => page::line_page(src, line, q.lines.unwrap_or(DEFAULT_PAGE_LINES)).await?,
+        (offset, None) => page::byte_page(src, offset.unwrap_or(0), q.limit.unwrap_or(READ_CAP as u64)).await?,
     };
     if page.capped {
         metrics::counter!("spillway_read_capped_total").increment(1);
@@ -130,9 +119,7 @@ pub(super) async fn read_blob(
     caller.require(Scope::Read)?;
     let d = parse_digest(&raw)?;
     if q.wait_ms.is_some() {
-        return Err(ApiError::InvalidArgument(
-            "wait_ms applies to streams only".into(),
-        ));
+        return Err(ApiError::InvalidArgument("wait_ms applies to streams only".into()));
     }
     let row = visible(&state, &caller.namespace, &d).await?;
     let src = BlobSource::new(&state, &row)?;
@@ -159,15 +146,9 @@ pub(super) struct GrepQuery {
 
 fn compile(q: &GrepQuery) -> ApiResult<Regex> {
     if q.pattern.is_empty() || q.pattern.len() > MAX_PATTERN {
-        return Err(ApiError::InvalidArgument(format!(
-            "pattern must be 1 to {MAX_PATTERN} bytes"
-        )));
+        return Err(ApiError::InvalidArgument(format!("pattern must be 1 to {MAX_PATTERN} bytes")));
     }
-    let pattern = if q.fixed {
-        regex::escape(&q.pattern)
-    } else {
-        q.pattern.clone()
-    };
+    let pattern = if q.fixed { regex::escape(&q.pattern) } else { q.pattern.clone() };
     RegexBuilder::new(&pattern)
         .case_insensitive(q.ignore_case)
         .multi_line(true)
@@ -191,16 +172,10 @@ pub(super) async fn grep_blob(
     let regex = compile(&q)?;
     let max_matches = q.max_matches.unwrap_or(usize::MAX);
     if max_matches == 0 {
-        return Err(ApiError::InvalidArgument(
-            "max_matches must be at least 1".into(),
-        ));
+        return Err(ApiError::InvalidArgument("max_matches must be at least 1".into()));
     }
     let row = visible(&state, &caller.namespace, &d).await?;
     let src = BlobSource::new(&state, &row)?;
-    let req = GrepRequest {
-        regex: &regex,
-        from_line: q.from_line.unwrap_or(1),
-        max_matches,
-    };
+    let req = GrepRequest { regex: &regex, from_line: q.from_line.unwrap_or(1), max_matches };
     Ok(Json(page::grep(&src, req).await?))
 }

@@ -27,9 +27,7 @@ pub(super) async fn list_refs(
     for (k, v) in pairs {
         if let Some(key) = k.strip_prefix("label.") {
             if !spillway_api::valid_label_key(key) {
-                return Err(ApiError::InvalidArgument(format!(
-                    "invalid label key {key:?}"
-                )));
+                return Err(ApiError::InvalidArgument(format!("invalid label key {key:?}")));
             }
             filter.insert(key.to_owned(), v);
         } else if k == "limit" {
@@ -37,9 +35,7 @@ pub(super) async fn list_refs(
                 .parse()
                 .ok()
                 .filter(|n| (1..=MAX_LIMIT).contains(n))
-                .ok_or_else(|| {
-                    ApiError::InvalidArgument(format!("limit must be 1 to {MAX_LIMIT}"))
-                })?;
+                .ok_or_else(|| ApiError::InvalidArgument(format!("limit must be 1 to {MAX_LIMIT}")))?;
         } else if k == "cursor" {
             cursor = Some(
                 v.parse::<i64>()
@@ -48,15 +44,10 @@ pub(super) async fn list_refs(
                     .ok_or_else(|| ApiError::InvalidArgument(format!("invalid cursor {v:?}")))?,
             );
         } else {
-            return Err(ApiError::InvalidArgument(format!(
-                "unknown query parameter {k:?}"
-            )));
+            return Err(ApiError::InvalidArgument(format!("unknown query parameter {k:?}")));
         }
     }
-    let rows = state
-        .db
-        .list_refs(&caller.namespace, &filter, cursor, limit + 1, state.now())
-        .await?;
+    let rows = state.db.list_refs(&caller.namespace, &filter, cursor, limit + 1, state.now()).await?;
     let more = rows.len() > limit as usize;
     let refs: Vec<RefEntry> = rows
         .iter()
@@ -70,10 +61,6 @@ pub(super) async fn list_refs(
             pinned: r.pinned,
         })
         .collect();
-    let next_cursor = if more {
-        rows.get(limit as usize - 1).map(|r| r.id.to_string())
-    } else {
-        None
-    };
+    let next_cursor = if more { rows.get(limit as usize - 1).map(|r| r.id.to_string()) } else { None };
     Ok(Json(RefList { refs, next_cursor }))
 }

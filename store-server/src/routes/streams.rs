@@ -10,10 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 use serde::Deserialize;
-use spillway_api::{
-    AppendResponse, BlobRecord, Labels, ReadPage, StreamCreated, StreamInfo, StreamState,
-    MAX_WAIT_MS,
-};
+use spillway_api::{AppendResponse, BlobRecord, Labels, ReadPage, StreamCreated, StreamInfo, StreamState, MAX_WAIT_MS};
 
 use super::read::{page_of, BlobSource, ReadQuery};
 use super::{RefOptions, Q};
@@ -33,27 +30,16 @@ const POLL_EVERY: Duration = Duration::from_millis(100);
 const SEAL_READ: u64 = 4 << 20;
 
 fn check_id(id: &str) -> ApiResult<()> {
-    if id.len() == 32
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-    {
+    if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
         Ok(())
     } else {
-        Err(ApiError::InvalidArgument(format!(
-            "invalid stream id {:?}",
-            id.chars().take(80).collect::<String>()
-        )))
+        Err(ApiError::InvalidArgument(format!("invalid stream id {:?}", id.chars().take(80).collect::<String>())))
     }
 }
 
 async fn find(state: &AppState, caller: &Caller, id: &str) -> ApiResult<StreamRow> {
     check_id(id)?;
-    state
-        .db
-        .get_stream(&caller.namespace, id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("stream {id}")))
+    state.db.get_stream(&caller.namespace, id).await?.ok_or_else(|| ApiError::NotFound(format!("stream {id}")))
 }
 
 fn info(row: &StreamRow) -> StreamInfo {
@@ -79,23 +65,11 @@ pub(super) async fn create_stream(
     let cap = state.config.max_stream_bytes;
     let max_bytes = opts.max_bytes.unwrap_or(cap);
     if max_bytes == 0 || max_bytes > cap {
-        return Err(ApiError::InvalidArgument(format!(
-            "max_bytes must be 1 to {cap}"
-        )));
+        return Err(ApiError::InvalidArgument(format!("max_bytes must be 1 to {cap}")));
     }
     let id = uuid::Uuid::new_v4().simple().to_string();
     let labels = serde_json::to_string(&opts.labels).map_err(ApiError::internal)?;
-    state
-        .db
-        .create_stream(
-            &id,
-            &caller.namespace,
-            &labels,
-            ttl_ms,
-            max_bytes,
-            state.now(),
-        )
-        .await?;
+    state.db.create_stream(&id, &caller.namespace, &labels, ttl_ms, max_bytes, state.now()).await?;
     Ok((StatusCode::CREATED, Json(StreamCreated { id, max_bytes })).into_response())
 }
 
@@ -130,19 +104,9 @@ pub(super) async fn append_stream(
 ) -> ApiResult<Json<AppendResponse>> {
     caller.require(Scope::Write)?;
     check_id(&id)?;
-    let data = axum::body::to_bytes(body, MAX_APPEND)
-        .await
-        .map_err(|_| ApiError::TooLarge(MAX_APPEND as u64))?;
-    match state
-        .db
-        .append_stream(&caller.namespace, &id, q.offset, &data)
-        .await?
-    {
-        AppendOutcome::Stored {
-            size,
-            state: st,
-            dropped,
-        } => {
+    let data = axum::body::to_bytes(body, MAX_APPEND).await.map_err(|_| ApiError::TooLarge(MAX_APPEND as u64))?;
+    match state.db.append_stream(&caller.namespace, &id, q.offset, &data).await? {
+        AppendOutcome::Stored { size, state: st, dropped } => {
             state.stream_waiters.wake(&id);
             metrics::counter!("spillway_bytes_in_total").increment(data.len() as u64 - dropped);
             if dropped > 0 {
@@ -152,10 +116,7 @@ pub(super) async fn append_stream(
             Ok(Json(AppendResponse { size, state: st }))
         }
         AppendOutcome::NotFound => Err(ApiError::NotFound(format!("stream {id}"))),
-        AppendOutcome::OffsetMismatch(size) => Err(ApiError::OffsetMismatch {
-            given: q.offset,
-            size,
-        }),
+        AppendOutcome::OffsetMismatch(size) => Err(ApiError::OffsetMismatch { given: q.offset, size }),
         AppendOutcome::Closed(st) => Err(ApiError::StreamClosed(st.as_str())),
     }
 }
@@ -178,11 +139,7 @@ impl Source for StreamSource {
         None
     }
     async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint> {
-        src_err(
-            self.db
-                .stream_checkpoint_for_offset(&self.row.id, offset)
-                .await,
-        )
+        src_err(self.db.stream_checkpoint_for_offset(&self.row.id, offset).await)
     }
     async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint> {
         src_err(self.db.stream_checkpoint_for_line(&self.row.id, line).await)
@@ -211,16 +168,11 @@ pub(super) async fn read_stream(
     caller.require(Scope::Read)?;
     let wait = q.wait_ms().unwrap_or(0);
     if wait > MAX_WAIT_MS {
-        return Err(ApiError::InvalidArgument(format!(
-            "wait_ms must be at most {MAX_WAIT_MS}"
-        )));
+        return Err(ApiError::InvalidArgument(format!("wait_ms must be at most {MAX_WAIT_MS}")));
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(wait);
     let mut row = find(&state, &caller, &id).await?;
-    while row.state == StreamState::Open
-        && !has_data_for(&row, &q)
-        && tokio::time::Instant::now() < deadline
-    {
+    while row.state == StreamState::Open && !has_data_for(&row, &q) && tokio::time::Instant::now() < deadline {
         let notify = state.stream_waiters.get(&id);
         let woken = notify.notified();
         row = find(&state, &caller, &id).await?;
@@ -243,10 +195,7 @@ pub(super) async fn read_stream(
         page.digest = Some(format!("blake3:{digest}"));
         return Ok(Json(page));
     }
-    let src = StreamSource {
-        db: state.db.clone(),
-        row,
-    };
+    let src = StreamSource { db: state.db.clone(), row };
     Ok(Json(page_of(&src, &q).await?))
 }
 
@@ -272,9 +221,7 @@ pub(super) async fn seal_stream(
             .await?
             .ok_or_else(|| ApiError::NotFound(format!("sealed blob of stream {id}")))?;
         let record = BlobRecord {
-            digest: format!("blake3:{digest}")
-                .parse()
-                .map_err(ApiError::internal)?,
+            digest: format!("blake3:{digest}").parse().map_err(ApiError::internal)?,
             sha256: format!("sha256:{}", blob.sha256),
             size: blob.size,
             lines: blob.lines,
@@ -284,11 +231,7 @@ pub(super) async fn seal_stream(
         return Ok((StatusCode::OK, Json(record)).into_response());
     }
     let labels: Labels = serde_json::from_str(&row.labels).unwrap_or_default();
-    let spec = RefSpec {
-        namespace: caller.namespace.clone(),
-        labels,
-        ttl_ms: Some(row.ttl_ms),
-    };
+    let spec = RefSpec { namespace: caller.namespace.clone(), labels, ttl_ms: Some(row.ttl_ms) };
     let db = state.db.clone();
     let (sid, size) = (row.id.clone(), row.size);
     let body = futures::stream::try_unfold(0u64, move |pos| {
@@ -307,18 +250,9 @@ pub(super) async fn seal_stream(
     });
     let stored = upload::store(&state, None, &spec, body).await?;
     if stored.record.size != row.size {
-        return Err(ApiError::Unavailable(
-            "the stream changed while it was sealed; retry".into(),
-        ));
+        return Err(ApiError::Unavailable("the stream changed while it was sealed; retry".into()));
     }
-    state
-        .db
-        .finish_seal(&id, &stored.record.digest.hex())
-        .await?;
-    let status = if stored.record.deduplicated {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
+    state.db.finish_seal(&id, &stored.record.digest.hex()).await?;
+    let status = if stored.record.deduplicated { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(stored.record)).into_response())
 }

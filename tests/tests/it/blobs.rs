@@ -34,39 +34,20 @@ async fn put_then_dedup_and_record_fields() {
     let srv = TestServer::start().await;
     let c = srv.client();
     let data = Bytes::from_static(b"hello\nworld");
-    let rec = c
-        .put(data.clone(), &UploadOptions::default())
-        .await
-        .unwrap();
+    let rec = c.put(data.clone(), &UploadOptions::default()).await.unwrap();
     assert_eq!(rec.digest, Digest::of(&data));
     assert_eq!(rec.sha256, format!("sha256:{}", sha256_hex(&data)));
     assert_eq!((rec.size, rec.lines, rec.deduplicated), (11, 2, false));
     assert!(rec.expires_at.is_some());
-    let again = c
-        .put(data.clone(), &UploadOptions::default())
-        .await
-        .unwrap();
+    let again = c.put(data.clone(), &UploadOptions::default()).await.unwrap();
     assert!(again.deduplicated);
     // Status codes: 201 then 200, and POST answers with Location.
-    let resp = c
-        .request(Method::POST, "/v1/blobs")
-        .body("fresh bytes")
-        .send()
-        .await
-        .unwrap();
+    let resp = c.request(Method::POST, "/v1/blobs").body("fresh bytes").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::CREATED);
-    let loc = resp.headers()[header::LOCATION]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let loc = resp.headers()[header::LOCATION].to_str().unwrap().to_owned();
     let rec: BlobRecord = resp.json().await.unwrap();
     assert_eq!(loc, format!("/v1/blobs/{}", rec.digest));
-    let resp = c
-        .request(Method::POST, "/v1/blobs")
-        .body("fresh bytes")
-        .send()
-        .await
-        .unwrap();
+    let resp = c.request(Method::POST, "/v1/blobs").body("fresh bytes").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     // Lookup by SHA-256 reaches the same blob.
     let head = c.head(&rec.sha256).await.unwrap();
@@ -79,20 +60,12 @@ async fn digest_mismatch_stores_nothing() {
     let srv = TestServer::start().await;
     let c = srv.client();
     let wrong = Digest::of(b"something else");
-    let resp = c
-        .request(Method::PUT, &format!("/v1/blobs/{wrong}"))
-        .body("actual")
-        .send()
-        .await
-        .unwrap();
+    let resp = c.request(Method::PUT, &format!("/v1/blobs/{wrong}")).body("actual").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "digest_mismatch");
     assert_eq!(c.head(&wrong.to_string()).await.unwrap(), None);
-    assert_eq!(
-        c.head(&Digest::of(b"actual").to_string()).await.unwrap(),
-        None
-    );
+    assert_eq!(c.head(&Digest::of(b"actual").to_string()).await.unwrap(), None);
     if !is_remote() {
         assert!(files_under(&srv.blob_dir().join("tmp")).is_empty());
         assert!(files_under(&srv.blob_dir().join("blobs")).is_empty());
@@ -113,17 +86,8 @@ async fn malformed_digests_are_400() {
         "blake3:%2e%2e".to_owned(),
         hex.clone(),
     ] {
-        for (m, p) in [
-            (Method::GET, ""),
-            (Method::HEAD, ""),
-            (Method::GET, "/read"),
-            (Method::PUT, ""),
-        ] {
-            let resp = c
-                .request(m.clone(), &format!("/v1/blobs/{bad}{p}"))
-                .send()
-                .await
-                .unwrap();
+        for (m, p) in [(Method::GET, ""), (Method::HEAD, ""), (Method::GET, "/read"), (Method::PUT, "")] {
+            let resp = c.request(m.clone(), &format!("/v1/blobs/{bad}{p}")).send().await.unwrap();
             assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{m} {bad}{p}");
             if m != Method::HEAD {
                 let body: serde_json::Value = resp.json().await.unwrap();
@@ -138,28 +102,17 @@ async fn malformed_digests_are_400() {
 async fn too_large_leaves_nothing() {
     let srv = TestServer::start_with(|c| c.max_blob_bytes = 1000).await;
     let c = srv.client();
-    let err = c
-        .put(Bytes::from(vec![b'x'; 1001]), &UploadOptions::default())
-        .await
-        .unwrap_err();
+    let err = c.put(Bytes::from(vec![b'x'; 1001]), &UploadOptions::default()).await.unwrap_err();
     assert_eq!(api_code(&err), (413, "too_large".into()));
     // Streamed without a length: cut off while it arrives.
-    let body = futures::stream::iter(
-        (0..10).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'y'; 300]))),
-    );
-    let err = c
-        .put_stream(body, &UploadOptions::default())
-        .await
-        .unwrap_err();
+    let body = futures::stream::iter((0..10).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'y'; 300]))));
+    let err = c.put_stream(body, &UploadOptions::default()).await.unwrap_err();
     assert_eq!(api_code(&err), (413, "too_large".into()));
     if !is_remote() {
         assert!(files_under(&srv.blob_dir().join("tmp")).is_empty());
         assert!(files_under(&srv.blob_dir().join("blobs")).is_empty());
     }
-    assert!(c
-        .put(Bytes::from(vec![b'x'; 1000]), &UploadOptions::default())
-        .await
-        .is_ok());
+    assert!(c.put(Bytes::from(vec![b'x'; 1000]), &UploadOptions::default()).await.is_ok());
     srv.stop().await;
 }
 
@@ -167,39 +120,17 @@ async fn too_large_leaves_nothing() {
 async fn bad_upload_options_are_400() {
     let srv = TestServer::start_with(|c| c.max_ttl = std::time::Duration::from_secs(100)).await;
     let c = srv.client();
-    for q in [
-        "ttl=abc",
-        "ttl=0",
-        "ttl=101",
-        "label.BAD=x",
-        "label.=x",
-        "bogus=1",
-    ] {
-        let resp = c
-            .request(Method::POST, &format!("/v1/blobs?{q}"))
-            .body("x")
-            .send()
-            .await
-            .unwrap();
+    for q in ["ttl=abc", "ttl=0", "ttl=101", "label.BAD=x", "label.=x", "bogus=1"] {
+        let resp = c.request(Method::POST, &format!("/v1/blobs?{q}")).body("x").send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{q}");
         let body: serde_json::Value = resp.json().await.unwrap();
         assert_eq!(body["error"]["code"], "invalid_argument", "{q}");
     }
     let long = "v".repeat(257);
-    let resp = c
-        .request(Method::POST, &format!("/v1/blobs?label.k={long}"))
-        .body("x")
-        .send()
-        .await
-        .unwrap();
+    let resp = c.request(Method::POST, &format!("/v1/blobs?label.k={long}")).body("x").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     let many: String = (0..17).map(|i| format!("label.k{i}=v&")).collect();
-    let resp = c
-        .request(Method::POST, &format!("/v1/blobs?{many}"))
-        .body("x")
-        .send()
-        .await
-        .unwrap();
+    let resp = c.request(Method::POST, &format!("/v1/blobs?{many}")).body("x").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     srv.stop().await;
 }
@@ -210,22 +141,13 @@ async fn namespaces_are_isolated_but_storage_is_shared() {
     let a = srv.client();
     let b = srv.client_for("ns-b", ALL).await;
     let data = Bytes::from_static(b"secret incident log\n");
-    let rec = a
-        .put(data.clone(), &UploadOptions::default())
-        .await
-        .unwrap();
+    let rec = a.put(data.clone(), &UploadOptions::default()).await.unwrap();
     let d = rec.digest.to_string();
     // B sees nothing: HEAD, GET, read, grep, pin, delete are all 404.
     assert_eq!(b.head(&d).await.unwrap(), None);
     assert!(b.get(&d).await.unwrap_err().is_not_found());
     assert!(b
-        .read(
-            &d,
-            spillway_client::ReadRequest::Bytes {
-                offset: 0,
-                limit: None
-            }
-        )
+        .read(&d, spillway_client::ReadRequest::Bytes { offset: 0, limit: None })
         .await
         .unwrap_err()
         .is_not_found());
@@ -233,21 +155,12 @@ async fn namespaces_are_isolated_but_storage_is_shared() {
     assert!(b.delete(&d).await.unwrap_err().is_not_found());
     assert!(b.head(&rec.sha256).await.unwrap().is_none());
     // B uploading the same bytes is new *to B*: 201, deduplicated false.
-    let resp = b
-        .request(Method::PUT, &format!("/v1/blobs/{d}"))
-        .body(data.clone())
-        .send()
-        .await
-        .unwrap();
+    let resp = b.request(Method::PUT, &format!("/v1/blobs/{d}")).body(data.clone()).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::CREATED);
     let rb: BlobRecord = resp.json().await.unwrap();
     assert!(!rb.deduplicated);
     if !is_remote() {
-        assert_eq!(
-            files_under(&srv.blob_dir().join("blobs")).len(),
-            1,
-            "one stored copy"
-        );
+        assert_eq!(files_under(&srv.blob_dir().join("blobs")).len(), 1, "one stored copy");
     }
     srv.stop().await;
 }
@@ -255,22 +168,13 @@ async fn namespaces_are_isolated_but_storage_is_shared() {
 #[tokio::test]
 async fn sixteen_concurrent_identical_uploads() {
     let srv = TestServer::start().await;
-    let data = Bytes::from(
-        (0..3_000_000u32)
-            .flat_map(|i| (i % 251).to_le_bytes())
-            .collect::<Vec<u8>>(),
-    );
+    let data = Bytes::from((0..3_000_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect::<Vec<u8>>());
     let mut tasks = Vec::new();
     for _ in 0..16 {
         let c = srv.client();
         let d = data.clone();
         tasks.push(tokio::spawn(async move {
-            let resp = c
-                .request(Method::PUT, &format!("/v1/blobs/{}", Digest::of(&d)))
-                .body(d)
-                .send()
-                .await
-                .unwrap();
+            let resp = c.request(Method::PUT, &format!("/v1/blobs/{}", Digest::of(&d))).body(d).send().await.unwrap();
             resp.status()
         }));
     }
@@ -285,14 +189,7 @@ async fn sixteen_concurrent_identical_uploads() {
         assert_eq!(files_under(&srv.blob_dir().join("blobs")).len(), 1);
         assert!(files_under(&srv.blob_dir().join("tmp")).is_empty());
     }
-    let got = srv
-        .client()
-        .get(&Digest::of(&data).to_string())
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let got = srv.client().get(&Digest::of(&data).to_string()).await.unwrap().bytes().await.unwrap();
     assert_eq!(got, data);
     srv.stop().await;
 }
@@ -301,16 +198,8 @@ async fn sixteen_concurrent_identical_uploads() {
 async fn get_honours_range_and_etag() {
     let srv = TestServer::start().await;
     let c = srv.client();
-    let data: Bytes = (0..1000u32)
-        .map(|i| (i % 256) as u8)
-        .collect::<Vec<u8>>()
-        .into();
-    let d = c
-        .put(data.clone(), &UploadOptions::default())
-        .await
-        .unwrap()
-        .digest
-        .to_string();
+    let data: Bytes = (0..1000u32).map(|i| (i % 256) as u8).collect::<Vec<u8>>().into();
+    let d = c.put(data.clone(), &UploadOptions::default()).await.unwrap().digest.to_string();
     let path = format!("/v1/blobs/{d}");
     let full = c.request(Method::GET, &path).send().await.unwrap();
     assert_eq!(full.status(), StatusCode::OK);
@@ -318,48 +207,22 @@ async fn get_honours_range_and_etag() {
     let etag = full.headers()[header::ETAG].to_str().unwrap().to_owned();
     assert_eq!(etag, format!("\"{d}\""));
     assert_eq!(full.bytes().await.unwrap(), data);
-    for (range, start, end) in [
-        ("bytes=10-19", 10, 20),
-        ("bytes=990-", 990, 1000),
-        ("bytes=-5", 995, 1000),
-        ("bytes=900-5000", 900, 1000),
-    ] {
-        let r = c
-            .request(Method::GET, &path)
-            .header(header::RANGE, range)
-            .send()
-            .await
-            .unwrap();
+    for (range, start, end) in
+        [("bytes=10-19", 10, 20), ("bytes=990-", 990, 1000), ("bytes=-5", 995, 1000), ("bytes=900-5000", 900, 1000)]
+    {
+        let r = c.request(Method::GET, &path).header(header::RANGE, range).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT, "{range}");
-        assert_eq!(
-            r.headers()[header::CONTENT_RANGE],
-            format!("bytes {start}-{}/1000", end - 1).as_str()
-        );
+        assert_eq!(r.headers()[header::CONTENT_RANGE], format!("bytes {start}-{}/1000", end - 1).as_str());
         assert_eq!(r.bytes().await.unwrap(), data.slice(start..end), "{range}");
     }
-    let r = c
-        .request(Method::GET, &path)
-        .header(header::RANGE, "bytes=1000-")
-        .send()
-        .await
-        .unwrap();
+    let r = c.request(Method::GET, &path).header(header::RANGE, "bytes=1000-").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::RANGE_NOT_SATISFIABLE);
     assert_eq!(r.headers()[header::CONTENT_RANGE], "bytes */1000");
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "range_not_satisfiable");
-    let r = c
-        .request(Method::GET, &path)
-        .header(header::RANGE, "bytes=abc")
-        .send()
-        .await
-        .unwrap();
+    let r = c.request(Method::GET, &path).header(header::RANGE, "bytes=abc").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    let r = c
-        .request(Method::GET, &path)
-        .header(header::IF_NONE_MATCH, &etag)
-        .send()
-        .await
-        .unwrap();
+    let r = c.request(Method::GET, &path).header(header::IF_NONE_MATCH, &etag).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_MODIFIED);
     let r = c.request(Method::HEAD, &path).send().await.unwrap();
     assert_eq!(r.headers()[header::CONTENT_LENGTH], "1000");
@@ -371,53 +234,26 @@ async fn get_honours_range_and_etag() {
 async fn auth_and_scopes() {
     let srv = TestServer::start().await;
     let anon = reqwest::Client::new();
-    let r = anon
-        .get(format!("{}/v1/refs", srv.url))
-        .send()
-        .await
-        .unwrap();
+    let r = anon.get(format!("{}/v1/refs", srv.url)).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "unauthorized");
-    let r = anon
-        .get(format!("{}/v1/refs", srv.url))
-        .bearer_auth("spw_nope")
-        .send()
-        .await
-        .unwrap();
+    let r = anon.get(format!("{}/v1/refs", srv.url)).bearer_auth("spw_nope").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     let reader = srv.client_for("ns-a", &[Scope::Read]).await;
-    let err = reader
-        .put(Bytes::from_static(b"x"), &UploadOptions::default())
-        .await
-        .unwrap_err();
+    let err = reader.put(Bytes::from_static(b"x"), &UploadOptions::default()).await.unwrap_err();
     assert_eq!(api_code(&err), (403, "forbidden".into()));
     let writer = srv.client_for("ns-a", &[Scope::Write]).await;
-    let rec = writer
-        .put(Bytes::from_static(b"x"), &UploadOptions::default())
-        .await
-        .unwrap();
+    let rec = writer.put(Bytes::from_static(b"x"), &UploadOptions::default()).await.unwrap();
     let err = writer
-        .read(
-            &rec.digest.to_string(),
-            spillway_client::ReadRequest::Bytes {
-                offset: 0,
-                limit: None,
-            },
-        )
+        .read(&rec.digest.to_string(), spillway_client::ReadRequest::Bytes { offset: 0, limit: None })
         .await
         .unwrap_err();
     assert_eq!(api_code(&err), (403, "forbidden".into()));
     let err = writer.pin(&rec.digest.to_string(), None).await.unwrap_err();
     assert_eq!(api_code(&err), (403, "forbidden".into()));
     assert!(reader
-        .read(
-            &rec.digest.to_string(),
-            spillway_client::ReadRequest::Bytes {
-                offset: 0,
-                limit: None
-            }
-        )
+        .read(&rec.digest.to_string(), spillway_client::ReadRequest::Bytes { offset: 0, limit: None })
         .await
         .is_ok());
     // Tokens are stored hashed: the plain token appears nowhere in the database file.
@@ -433,62 +269,28 @@ async fn auth_and_scopes() {
 async fn pins_deletes_and_refs_listing() {
     let srv = TestServer::start().await;
     let c = srv.client();
-    let opts = |s: &str| {
-        UploadOptions::default()
-            .label("tool", "bash")
-            .label("stream", s)
-    };
-    let out = c
-        .put(Bytes::from_static(b"stdout text\n"), &opts("stdout"))
-        .await
-        .unwrap();
-    let err = c
-        .put(Bytes::from_static(b"stderr text\n"), &opts("stderr"))
-        .await
-        .unwrap();
-    let list = c
-        .list_refs(&[("stream", "stderr")], None, None)
-        .await
-        .unwrap();
+    let opts = |s: &str| UploadOptions::default().label("tool", "bash").label("stream", s);
+    let out = c.put(Bytes::from_static(b"stdout text\n"), &opts("stdout")).await.unwrap();
+    let err = c.put(Bytes::from_static(b"stderr text\n"), &opts("stderr")).await.unwrap();
+    let list = c.list_refs(&[("stream", "stderr")], None, None).await.unwrap();
     assert_eq!(list.refs.len(), 1);
     assert_eq!(list.refs[0].digest, err.digest.to_string());
     assert_eq!(list.refs[0].labels["tool"], "bash");
-    let all = c
-        .list_refs(&[("tool", "bash")], Some(1), None)
-        .await
-        .unwrap();
+    let all = c.list_refs(&[("tool", "bash")], Some(1), None).await.unwrap();
     assert_eq!(all.refs[0].digest, err.digest.to_string(), "newest first");
-    let next = c
-        .list_refs(&[("tool", "bash")], Some(1), all.next_cursor.as_deref())
-        .await
-        .unwrap();
+    let next = c.list_refs(&[("tool", "bash")], Some(1), all.next_cursor.as_deref()).await.unwrap();
     assert_eq!(next.refs[0].digest, out.digest.to_string());
     assert!(next.next_cursor.is_none());
-    let r = c
-        .request(Method::GET, "/v1/refs?cursor=zzz")
-        .send()
-        .await
-        .unwrap();
+    let r = c.request(Method::GET, "/v1/refs?cursor=zzz").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     // Pin, unpin, delete.
     let d = out.digest.to_string();
     let pinned = c.pin(&d, Some("INC-42")).await.unwrap();
     assert!(pinned.expires_at.is_none());
-    assert!(c
-        .list_refs(&[], None, None)
-        .await
-        .unwrap()
-        .refs
-        .iter()
-        .any(|r| r.pinned && r.digest == d));
+    assert!(c.list_refs(&[], None, None).await.unwrap().refs.iter().any(|r| r.pinned && r.digest == d));
     c.unpin(&d).await.unwrap();
     assert!(c.unpin(&d).await.unwrap_err().is_not_found());
-    let r = c
-        .request(Method::POST, &format!("/v1/blobs/{d}/pin"))
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
+    let r = c.request(Method::POST, &format!("/v1/blobs/{d}/pin")).body("{not json").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     c.delete(&d).await.unwrap();
     assert_eq!(c.head(&d).await.unwrap(), None);

@@ -29,21 +29,13 @@ fn child_server() {
         spillway_server::ensure_first_token(&state).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         println!("LISTENING {}", listener.local_addr().unwrap());
-        spillway_server::serve(listener, state, std::future::pending())
-            .await
-            .unwrap();
+        spillway_server::serve(listener, state, std::future::pending()).await.unwrap();
     });
 }
 
 async fn spawn_server(data: &Path) -> (Child, String) {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "crash::child_server",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--ignored", "--exact", "crash::child_server", "--nocapture", "--test-threads=1"])
         .env("SPILLWAY_CHILD_DATA", data)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -70,23 +62,12 @@ async fn killed_mid_upload_leaves_nothing_partial() {
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let (mut child, url) = spawn_server(&data_dir).await;
-    let token = std::fs::read_to_string(data_dir.join("token"))
-        .unwrap()
-        .trim()
-        .to_owned();
+    let token = std::fs::read_to_string(data_dir.join("token")).unwrap().trim().to_owned();
     let c = StoreClient::new(&url, &token);
-    let kept = c
-        .put(
-            Bytes::from_static(b"acknowledged before the crash\n"),
-            &UploadOptions::default(),
-        )
-        .await
-        .unwrap();
+    let kept = c.put(Bytes::from_static(b"acknowledged before the crash\n"), &UploadOptions::default()).await.unwrap();
 
     let chunk = Bytes::from(vec![b'z'; 1 << 20]);
-    let whole: Vec<u8> = std::iter::repeat_n(chunk.clone(), 16)
-        .flat_map(|b| b.to_vec())
-        .collect();
+    let whole: Vec<u8> = std::iter::repeat_n(chunk.clone(), 16).flat_map(|b| b.to_vec()).collect();
     let digest = Digest::of(&whole);
     let slow = futures::stream::unfold(0, move |i| {
         let chunk = chunk.clone();
@@ -108,10 +89,7 @@ async fn killed_mid_upload_leaves_nothing_partial() {
     });
     let tmp = data_dir.join("blobs/tmp");
     tokio::time::timeout(Duration::from_secs(30), async {
-        while !files_under(&tmp)
-            .iter()
-            .any(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0) >= 2 << 20)
-        {
+        while !files_under(&tmp).iter().any(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0) >= 2 << 20) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
@@ -119,39 +97,15 @@ async fn killed_mid_upload_leaves_nothing_partial() {
     .expect("the upload reaches the temporary file");
     child.kill().await.unwrap();
     assert!(upload.await.unwrap().is_err(), "the upload was cut off");
-    assert!(
-        !files_under(&tmp).is_empty(),
-        "a partial temporary file was left by the crash"
-    );
+    assert!(!files_under(&tmp).is_empty(), "a partial temporary file was left by the crash");
 
     let (_child2, url2) = spawn_server(&data_dir).await;
     let c2 = StoreClient::new(&url2, &token);
     assert!(files_under(&tmp).is_empty(), "start-up cleans leftovers");
-    assert_eq!(
-        c2.head(&digest.to_string()).await.unwrap(),
-        None,
-        "nothing partial is visible"
-    );
-    let got = c2
-        .get(&kept.digest.to_string())
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    assert_eq!(c2.head(&digest.to_string()).await.unwrap(), None, "nothing partial is visible");
+    let got = c2.get(&kept.digest.to_string()).await.unwrap().bytes().await.unwrap();
     assert_eq!(got, "acknowledged before the crash\n");
-    let rec = c2
-        .put(Bytes::from(whole.clone()), &UploadOptions::default())
-        .await
-        .unwrap();
+    let rec = c2.put(Bytes::from(whole.clone()), &UploadOptions::default()).await.unwrap();
     assert_eq!(rec.digest, digest);
-    assert_eq!(
-        c2.get(&digest.to_string())
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap(),
-        whole
-    );
+    assert_eq!(c2.get(&digest.to_string()).await.unwrap().bytes().await.unwrap(), whole);
 }

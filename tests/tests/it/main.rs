@@ -5,7 +5,7 @@ mod blobs;
 mod crash;
 mod ops;
 mod read;
+mod replicas;
 mod retention;
 mod streams;
 mod support;
-mod replicas;

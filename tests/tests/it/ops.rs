@@ -12,20 +12,10 @@ async fn health_ready_metrics_openapi() {
     let get = |p: &str| http.get(format!("{}{p}", srv.url)).send();
     assert_eq!(get("/healthz").await.unwrap().status(), 200);
     assert_eq!(get("/readyz").await.unwrap().status(), 200);
-    srv.client()
-        .put(Bytes::from_static(b"m"), &UploadOptions::default())
-        .await
-        .unwrap();
-    srv.client()
-        .put(Bytes::from_static(b"m"), &UploadOptions::default())
-        .await
-        .unwrap();
+    srv.client().put(Bytes::from_static(b"m"), &UploadOptions::default()).await.unwrap();
+    srv.client().put(Bytes::from_static(b"m"), &UploadOptions::default()).await.unwrap();
     let m = get("/metrics").await.unwrap().text().await.unwrap();
-    for name in [
-        "spillway_http_requests_total",
-        "spillway_bytes_in_total",
-        "spillway_dedup_hits_total",
-    ] {
+    for name in ["spillway_http_requests_total", "spillway_bytes_in_total", "spillway_dedup_hits_total"] {
         assert!(m.contains(name), "{name} missing from /metrics");
     }
     let doc: serde_json::Value = get("/openapi.json").await.unwrap().json().await.unwrap();
@@ -43,10 +33,7 @@ async fn health_ready_metrics_openapi() {
         "/v1/streams/{id}/read",
         "/v1/streams/{id}/seal",
     ] {
-        assert!(
-            doc["paths"][path].is_object(),
-            "{path} missing from openapi.json"
-        );
+        assert!(doc["paths"][path].is_object(), "{path} missing from openapi.json");
     }
     let r = get("/v1/nope").await.unwrap();
     assert_eq!(r.status(), 404);
@@ -60,32 +47,14 @@ async fn first_start_writes_a_private_token() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let config = spillway_server::Config::new(dir.path().join("data"));
-    let state = spillway_server::build_state(
-        config,
-        std::sync::Arc::new(spillway_server::clock::SystemClock),
-    )
-    .await
-    .unwrap();
-    let path = spillway_server::ensure_first_token(&state)
-        .await
-        .unwrap()
-        .expect("created on first start");
+    let state =
+        spillway_server::build_state(config, std::sync::Arc::new(spillway_server::clock::SystemClock)).await.unwrap();
+    let path = spillway_server::ensure_first_token(&state).await.unwrap().expect("created on first start");
     let meta = std::fs::metadata(&path).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     let token = std::fs::read_to_string(&path).unwrap();
-    let row = state
-        .db
-        .find_token(&spillway_server::auth::hash_token(token.trim()))
-        .await
-        .unwrap()
-        .unwrap();
+    let row = state.db.find_token(&spillway_server::auth::hash_token(token.trim())).await.unwrap().unwrap();
     assert_eq!(row.namespace, "default");
     assert_eq!(row.scopes.len(), 3);
-    assert!(
-        spillway_server::ensure_first_token(&state)
-            .await
-            .unwrap()
-            .is_none(),
-        "only the first start"
-    );
+    assert!(spillway_server::ensure_first_token(&state).await.unwrap().is_none(), "only the first start");
 }

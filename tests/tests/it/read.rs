@@ -11,35 +11,13 @@ async fn byte_pages_are_capped_and_concatenate() {
     let srv = TestServer::start().await;
     let c = srv.client();
     // Multi-byte characters straddle every page boundary.
-    let text: String = (0..60_000)
-        .map(|i| {
-            if i % 7 == 0 {
-                "é€\n".to_owned()
-            } else {
-                format!("{i}😀")
-            }
-        })
-        .collect();
-    let d = c
-        .put(Bytes::from(text.clone()), &UploadOptions::default())
-        .await
-        .unwrap()
-        .digest
-        .to_string();
+    let text: String = (0..60_000).map(|i| if i % 7 == 0 { "é€\n".to_owned() } else { format!("{i}😀") }).collect();
+    let d = c.put(Bytes::from(text.clone()), &UploadOptions::default()).await.unwrap().digest.to_string();
     let mut out = String::new();
     let mut offset = 0;
     let mut pages = 0;
     loop {
-        let p = c
-            .read(
-                &d,
-                ReadRequest::Bytes {
-                    offset,
-                    limit: Some(1_000_000),
-                },
-            )
-            .await
-            .unwrap();
+        let p = c.read(&d, ReadRequest::Bytes { offset, limit: Some(1_000_000) }).await.unwrap();
         assert!(p.content.len() <= 100_000);
         assert_eq!(p.length as usize, p.content.len());
         assert!(!p.lossy);
@@ -60,27 +38,9 @@ async fn byte_pages_are_capped_and_concatenate() {
     assert_eq!(out, text);
     assert!(pages >= text.len() / 100_000);
     // Reading at the end is an empty page; past it is 416.
-    let end = c
-        .read(
-            &d,
-            ReadRequest::Bytes {
-                offset: text.len() as u64,
-                limit: None,
-            },
-        )
-        .await
-        .unwrap();
+    let end = c.read(&d, ReadRequest::Bytes { offset: text.len() as u64, limit: None }).await.unwrap();
     assert!(end.eof && end.content.is_empty() && end.next_offset.is_none());
-    let err = c
-        .read(
-            &d,
-            ReadRequest::Bytes {
-                offset: text.len() as u64 + 1,
-                limit: None,
-            },
-        )
-        .await
-        .unwrap_err();
+    let err = c.read(&d, ReadRequest::Bytes { offset: text.len() as u64 + 1, limit: None }).await.unwrap_err();
     assert_eq!(api_code(&err), (416, "range_not_satisfiable".into()));
     srv.stop().await;
 }
@@ -90,87 +50,23 @@ async fn line_pages_and_far_lines() {
     let srv = TestServer::start().await;
     let c = srv.client();
     let text = numbered(1_000_000);
-    let d = c
-        .put(Bytes::from(text), &UploadOptions::default())
-        .await
-        .unwrap()
-        .digest
-        .to_string();
-    let p = c
-        .read(
-            &d,
-            ReadRequest::Lines {
-                line: 1,
-                lines: None,
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        (p.start_line, p.end_line, p.next_line),
-        (1, 2000, Some(2001))
-    );
+    let d = c.put(Bytes::from(text), &UploadOptions::default()).await.unwrap().digest.to_string();
+    let p = c.read(&d, ReadRequest::Lines { line: 1, lines: None }).await.unwrap();
+    assert_eq!((p.start_line, p.end_line, p.next_line), (1, 2000, Some(2001)));
     assert!(p.content.starts_with("line 1\nline 2\n") && p.content.ends_with("line 2000\n"));
     assert_eq!(p.total_lines, 1_000_000);
-    let p = c
-        .read(
-            &d,
-            ReadRequest::Lines {
-                line: 999_999,
-                lines: Some(5),
-            },
-        )
-        .await
-        .unwrap();
+    let p = c.read(&d, ReadRequest::Lines { line: 999_999, lines: Some(5) }).await.unwrap();
     assert_eq!(p.content, "line 999999\nline 1000000\n");
     assert!(p.eof && p.next_line.is_none());
-    let p = c
-        .read(
-            &d,
-            ReadRequest::Lines {
-                line: 500_000,
-                lines: Some(100_000),
-            },
-        )
-        .await
-        .unwrap();
+    let p = c.read(&d, ReadRequest::Lines { line: 500_000, lines: Some(100_000) }).await.unwrap();
     assert!(p.capped && p.content.len() <= 100_000 && p.content.ends_with('\n'));
     assert_eq!(p.next_line, Some(p.end_line + 1));
-    let p = c
-        .read(
-            &d,
-            ReadRequest::Lines {
-                line: 1_000_001,
-                lines: None,
-            },
-        )
-        .await
-        .unwrap();
+    let p = c.read(&d, ReadRequest::Lines { line: 1_000_001, lines: None }).await.unwrap();
     assert!(p.eof && p.content.is_empty());
-    let err = c
-        .read(
-            &d,
-            ReadRequest::Lines {
-                line: 1_000_002,
-                lines: None,
-            },
-        )
-        .await
-        .unwrap_err();
+    let err = c.read(&d, ReadRequest::Lines { line: 1_000_002, lines: None }).await.unwrap_err();
     assert_eq!(api_code(&err), (416, "range_not_satisfiable".into()));
-    for q in [
-        "line=0",
-        "offset=abc",
-        "offset=1&line=2",
-        "limit=-1",
-        "wat=1",
-        "lines=0",
-    ] {
-        let r = c
-            .request(Method::GET, &format!("/v1/blobs/{d}/read?{q}"))
-            .send()
-            .await
-            .unwrap();
+    for q in ["line=0", "offset=abc", "offset=1&line=2", "limit=-1", "wat=1", "lines=0"] {
+        let r = c.request(Method::GET, &format!("/v1/blobs/{d}/read?{q}")).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{q}");
         let body: serde_json::Value = r.json().await.unwrap();
         assert_eq!(body["error"]["code"], "invalid_argument", "{q}");
@@ -184,45 +80,13 @@ async fn over_long_line_continues_by_bytes_and_lossy_is_flagged() {
     let c = srv.client();
     let mut data = vec![b'a'; 150_000];
     data.extend_from_slice(b"\nnext\n\xff\xfe bad\n");
-    let d = c
-        .put(Bytes::from(data), &UploadOptions::default())
-        .await
-        .unwrap()
-        .digest
-        .to_string();
-    let p = c
-        .read(
-            &d,
-            ReadRequest::Lines {
-                line: 1,
-                lines: Some(3),
-            },
-        )
-        .await
-        .unwrap();
+    let d = c.put(Bytes::from(data), &UploadOptions::default()).await.unwrap().digest.to_string();
+    let p = c.read(&d, ReadRequest::Lines { line: 1, lines: Some(3) }).await.unwrap();
     assert_eq!(p.content.len(), 100_000);
     assert_eq!(p.next_offset, Some(100_000));
-    let rest = c
-        .read(
-            &d,
-            ReadRequest::Bytes {
-                offset: 100_000,
-                limit: Some(50_001),
-            },
-        )
-        .await
-        .unwrap();
+    let rest = c.read(&d, ReadRequest::Bytes { offset: 100_000, limit: Some(50_001) }).await.unwrap();
     assert_eq!(rest.content, "a".repeat(50_000) + "\n");
-    let p = c
-        .read(
-            &d,
-            ReadRequest::Lines {
-                line: 3,
-                lines: None,
-            },
-        )
-        .await
-        .unwrap();
+    let p = c.read(&d, ReadRequest::Lines { line: 3, lines: None }).await.unwrap();
     assert!(p.lossy);
     assert!(p.content.contains('\u{FFFD}'));
     srv.stop().await;
@@ -233,57 +97,22 @@ async fn grep_is_capped_resumable_and_safe() {
     let srv = TestServer::start().await;
     let c = srv.client();
     let text: String = (1..=200_000)
-        .map(|i| {
-            if i % 10 == 0 {
-                format!("{i} ERROR disk full\n")
-            } else {
-                format!("{i} ok\n")
-            }
-        })
+        .map(|i| if i % 10 == 0 { format!("{i} ERROR disk full\n") } else { format!("{i} ok\n") })
         .collect();
-    let d = c
-        .put(Bytes::from(text), &UploadOptions::default())
-        .await
-        .unwrap()
-        .digest
-        .to_string();
-    let g = GrepRequest {
-        pattern: "error".into(),
-        ignore_case: true,
-        max_matches: Some(3),
-        ..Default::default()
-    };
+    let d = c.put(Bytes::from(text), &UploadOptions::default()).await.unwrap().digest.to_string();
+    let g = GrepRequest { pattern: "error".into(), ignore_case: true, max_matches: Some(3), ..Default::default() };
     let r = c.grep(&d, &g).await.unwrap();
-    assert_eq!(
-        r.matches.iter().map(|m| m.line).collect::<Vec<_>>(),
-        vec![10, 20, 30]
-    );
+    assert_eq!(r.matches.iter().map(|m| m.line).collect::<Vec<_>>(), vec![10, 20, 30]);
     assert_eq!(r.matches[0].text, "10 ERROR disk full");
     assert!(r.capped);
-    let r2 = c
-        .grep(
-            &d,
-            &GrepRequest {
-                from_line: r.next_line,
-                ..g.clone()
-            },
-        )
-        .await
-        .unwrap();
+    let r2 = c.grep(&d, &GrepRequest { from_line: r.next_line, ..g.clone() }).await.unwrap();
     assert_eq!(r2.matches[0].line, 40);
     // All 20,000 matches do not fit in 100,000 bytes: capped, then resumable to the end.
     let mut from = Some(1);
     let mut seen = 0;
     while let Some(f) = from {
         let r = c
-            .grep(
-                &d,
-                &GrepRequest {
-                    pattern: "ERROR".into(),
-                    from_line: Some(f),
-                    ..Default::default()
-                },
-            )
+            .grep(&d, &GrepRequest { pattern: "ERROR".into(), from_line: Some(f), ..Default::default() })
             .await
             .unwrap();
         let bytes: usize = r.matches.iter().map(|m| m.text.len()).sum();
@@ -293,48 +122,17 @@ async fn grep_is_capped_resumable_and_safe() {
     }
     assert_eq!(seen, 20_000);
     let fixed = c
-        .grep(
-            &d,
-            &GrepRequest {
-                pattern: "0 ERROR d".into(),
-                fixed: true,
-                max_matches: Some(1),
-                ..Default::default()
-            },
-        )
+        .grep(&d, &GrepRequest { pattern: "0 ERROR d".into(), fixed: true, max_matches: Some(1), ..Default::default() })
         .await
         .unwrap();
     assert_eq!(fixed.matches[0].line, 10);
-    let lit = c
-        .grep(
-            &d,
-            &GrepRequest {
-                pattern: "(".into(),
-                fixed: true,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let lit = c.grep(&d, &GrepRequest { pattern: "(".into(), fixed: true, ..Default::default() }).await.unwrap();
     assert!(lit.matches.is_empty() && lit.next_line.is_none());
     for bad in ["(", "a{100000}", "(?:a{1000}){1000}"] {
-        let err = c
-            .grep(
-                &d,
-                &GrepRequest {
-                    pattern: bad.into(),
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap_err();
+        let err = c.grep(&d, &GrepRequest { pattern: bad.into(), ..Default::default() }).await.unwrap_err();
         assert_eq!(api_code(&err), (400, "invalid_argument".into()), "{bad}");
     }
-    let r = c
-        .request(Method::GET, &format!("/v1/blobs/{d}/grep"))
-        .send()
-        .await
-        .unwrap();
+    let r = c.request(Method::GET, &format!("/v1/blobs/{d}/grep")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST, "pattern is required");
     srv.stop().await;
 }

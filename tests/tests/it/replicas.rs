@@ -86,7 +86,10 @@ async fn three_replicas_mixed_workload_with_retention() {
     let tail = tokio::spawn(async move {
         let mut got = String::new();
         while got.len() < 40 * 6 {
-            let p = reader.read_stream(&rid, ReadRequest::Bytes { offset: got.len() as u64, limit: None }, Some(5_000)).await.unwrap();
+            let p = reader
+                .read_stream(&rid, ReadRequest::Bytes { offset: got.len() as u64, limit: None }, Some(5_000))
+                .await
+                .unwrap();
             got.push_str(&p.content);
         }
         got

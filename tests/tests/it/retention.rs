@@ -10,10 +10,7 @@ use spillway_client::UploadOptions;
 use crate::support::*;
 
 fn ttl(secs: u64) -> UploadOptions {
-    UploadOptions {
-        ttl: Some(secs),
-        ..Default::default()
-    }
+    UploadOptions { ttl: Some(secs), ..Default::default() }
 }
 
 #[tokio::test]
@@ -29,55 +26,27 @@ async fn ttl_pins_and_shared_blobs() {
     let p = a.put(pinned.clone(), &ttl(10)).await.unwrap();
     a.pin(&p.digest.to_string(), Some("INC-1")).await.unwrap();
     a.put(lone.clone(), &ttl(10)).await.unwrap();
-    let dry = spillway_server::run_retention_once(&srv.state, true)
-        .await
-        .unwrap();
+    let dry = spillway_server::run_retention_once(&srv.state, true).await.unwrap();
     assert_eq!(dry.references_expired, 0);
 
     srv.clock.advance_secs(11);
     // Expired references are invisible at once, before any pass.
     assert_eq!(a.head(&Digest::of(&lone).to_string()).await.unwrap(), None);
-    let dry = spillway_server::run_retention_once(&srv.state, true)
-        .await
-        .unwrap();
+    let dry = spillway_server::run_retention_once(&srv.state, true).await.unwrap();
     assert_eq!(dry.references_expired, 3);
     let s = srv.retention().await;
-    assert_eq!(
-        (s.references_expired, s.blobs_deleted),
-        (3, 0),
-        "grace keeps the bytes"
-    );
-    assert_eq!(
-        a.head(&Digest::of(&shared).to_string()).await.unwrap(),
-        None
-    );
-    assert_eq!(
-        b.head(&Digest::of(&shared).to_string()).await.unwrap(),
-        Some(shared.len() as u64)
-    );
-    assert!(
-        a.head(&p.digest.to_string()).await.unwrap().is_some(),
-        "pinned"
-    );
+    assert_eq!((s.references_expired, s.blobs_deleted), (3, 0), "grace keeps the bytes");
+    assert_eq!(a.head(&Digest::of(&shared).to_string()).await.unwrap(), None);
+    assert_eq!(b.head(&Digest::of(&shared).to_string()).await.unwrap(), Some(shared.len() as u64));
+    assert!(a.head(&p.digest.to_string()).await.unwrap().is_some(), "pinned");
 
     srv.clock.advance_secs(61);
     let s = srv.retention().await;
-    assert_eq!(
-        s.blobs_deleted, 1,
-        "only the lone blob: shared is still B's, the pin never expires"
-    );
+    assert_eq!(s.blobs_deleted, 1, "only the lone blob: shared is still B's, the pin never expires");
     assert_eq!(s.bytes_freed, lone.len() as u64);
     assert!(!srv.state.blobs.exists(&Digest::of(&lone)).await.unwrap());
     assert!(srv.state.blobs.exists(&Digest::of(&shared)).await.unwrap());
-    assert_eq!(
-        b.get(&Digest::of(&shared).to_string())
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap(),
-        shared
-    );
+    assert_eq!(b.get(&Digest::of(&shared).to_string()).await.unwrap().bytes().await.unwrap(), shared);
 
     srv.clock.advance_secs(100);
     srv.retention().await; // B's reference expires; grace starts
@@ -85,23 +54,12 @@ async fn ttl_pins_and_shared_blobs() {
     let s = srv.retention().await;
     assert_eq!(s.blobs_deleted, 1);
     assert!(!srv.state.blobs.exists(&Digest::of(&shared)).await.unwrap());
-    assert!(
-        a.head(&p.digest.to_string()).await.unwrap().is_some(),
-        "still pinned"
-    );
+    assert!(a.head(&p.digest.to_string()).await.unwrap().is_some(), "still pinned");
     // A second pass finds nothing more: deletion is idempotent.
     assert_eq!(srv.retention().await.blobs_deleted, 0);
     // Content that was collected can be uploaded again.
     a.put(lone.clone(), &ttl(10)).await.unwrap();
-    assert_eq!(
-        a.get(&Digest::of(&lone).to_string())
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap(),
-        lone
-    );
+    assert_eq!(a.get(&Digest::of(&lone).to_string()).await.unwrap().bytes().await.unwrap(), lone);
     srv.stop().await;
 }
 
@@ -114,31 +72,15 @@ async fn upload_racing_collection_never_loses_bytes() {
         c.put(data.clone(), &ttl(1)).await.unwrap();
         srv.clock.advance_secs(2);
         let st = srv.state.clone();
-        let gc = tokio::spawn(async move {
-            spillway_server::run_retention_once(&st, false)
-                .await
-                .unwrap()
-        });
+        let gc = tokio::spawn(async move { spillway_server::run_retention_once(&st, false).await.unwrap() });
         let up = c.put(data.clone(), &ttl(3600)).await;
         gc.await.unwrap();
         let rec = up.unwrap();
         // Whatever order they ran in, the live reference reads back byte for byte.
-        let got = c
-            .get(&rec.digest.to_string())
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
+        let got = c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap();
         assert_eq!(got, data, "round {round}");
         srv.retention().await;
-        let got = c
-            .get(&rec.digest.to_string())
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
+        let got = c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap();
         assert_eq!(got, data, "round {round}, after another pass");
     }
     srv.stop().await;
@@ -149,9 +91,7 @@ async fn expired_streams_go() {
     let srv = TestServer::start().await;
     let c = srv.client();
     let s = c.create_stream(&ttl(5)).await.unwrap();
-    c.append(&s.id, 0, Bytes::from_static(b"abc"))
-        .await
-        .unwrap();
+    c.append(&s.id, 0, Bytes::from_static(b"abc")).await.unwrap();
     srv.clock.advance_secs(6);
     let sum = srv.retention().await;
     assert_eq!(sum.streams_expired, 1);

@@ -13,106 +13,34 @@ use crate::support::*;
 async fn appends_are_offset_checked_and_retry_safe() {
     let srv = TestServer::start().await;
     let c = srv.client();
-    let s = c
-        .create_stream(&UploadOptions::default().label("tool", "bg"))
-        .await
-        .unwrap();
+    let s = c.create_stream(&UploadOptions::default().label("tool", "bg")).await.unwrap();
     assert_eq!(s.max_bytes, 50 << 20);
-    assert_eq!(
-        c.append(&s.id, 0, Bytes::from_static(b"hello "))
-            .await
-            .unwrap()
-            .size,
-        6
-    );
+    assert_eq!(c.append(&s.id, 0, Bytes::from_static(b"hello ")).await.unwrap().size, 6);
     // The same append again is a no-op.
-    assert_eq!(
-        c.append(&s.id, 0, Bytes::from_static(b"hello "))
-            .await
-            .unwrap()
-            .size,
-        6
-    );
-    let err = c
-        .append(&s.id, 0, Bytes::from_static(b"HELLO "))
-        .await
-        .unwrap_err();
+    assert_eq!(c.append(&s.id, 0, Bytes::from_static(b"hello ")).await.unwrap().size, 6);
+    let err = c.append(&s.id, 0, Bytes::from_static(b"HELLO ")).await.unwrap_err();
     assert_eq!(api_code(&err), (409, "offset_mismatch".into()));
-    assert!(
-        err.to_string().contains('6'),
-        "the message names the current size: {err}"
-    );
-    let err = c
-        .append(&s.id, 9, Bytes::from_static(b"x"))
-        .await
-        .unwrap_err();
+    assert!(err.to_string().contains('6'), "the message names the current size: {err}");
+    let err = c.append(&s.id, 9, Bytes::from_static(b"x")).await.unwrap_err();
     assert_eq!(api_code(&err), (409, "offset_mismatch".into()));
-    c.append(&s.id, 6, Bytes::from_static(b"world\nline two\n"))
-        .await
-        .unwrap();
+    c.append(&s.id, 6, Bytes::from_static(b"world\nline two\n")).await.unwrap();
     let info = c.stream_info(&s.id).await.unwrap();
-    assert_eq!(
-        (info.size, info.state, info.digest),
-        (21, StreamState::Open, None)
-    );
-    let p = c
-        .read_stream(
-            &s.id,
-            ReadRequest::Lines {
-                line: 2,
-                lines: None,
-            },
-            None,
-        )
-        .await
-        .unwrap();
+    assert_eq!((info.size, info.state, info.digest), (21, StreamState::Open, None));
+    let p = c.read_stream(&s.id, ReadRequest::Lines { line: 2, lines: None }, None).await.unwrap();
     assert_eq!(p.content, "line two\n");
-    let p = c
-        .read_stream(
-            &s.id,
-            ReadRequest::Bytes {
-                offset: 3,
-                limit: Some(5),
-            },
-            None,
-        )
-        .await
-        .unwrap();
+    let p = c.read_stream(&s.id, ReadRequest::Bytes { offset: 3, limit: Some(5) }, None).await.unwrap();
     assert_eq!(p.content, "lo wo");
     // Seal: a blob with the stream's labels.
     let rec = c.seal(&s.id).await.unwrap();
     assert_eq!(rec.size, 21);
-    let got = c
-        .get(&rec.digest.to_string())
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let got = c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap();
     assert_eq!(got, "hello world\nline two\n");
     let refs = c.list_refs(&[("tool", "bg")], None, None).await.unwrap();
     assert_eq!(refs.refs[0].digest, rec.digest.to_string());
-    let err = c
-        .append(&s.id, 21, Bytes::from_static(b"late"))
-        .await
-        .unwrap_err();
+    let err = c.append(&s.id, 21, Bytes::from_static(b"late")).await.unwrap_err();
     assert_eq!(api_code(&err), (409, "stream_closed".into()));
-    assert_eq!(
-        c.seal(&s.id).await.unwrap().digest,
-        rec.digest,
-        "sealing twice answers the same blob"
-    );
-    let p = c
-        .read_stream(
-            &s.id,
-            ReadRequest::Lines {
-                line: 1,
-                lines: None,
-            },
-            None,
-        )
-        .await
-        .unwrap();
+    assert_eq!(c.seal(&s.id).await.unwrap().digest, rec.digest, "sealing twice answers the same blob");
+    let p = c.read_stream(&s.id, ReadRequest::Lines { line: 1, lines: None }, None).await.unwrap();
     assert_eq!(p.content, "hello world\nline two\n");
     // Other namespaces do not see it; bad ids are 400.
     let b = srv.client_for("ns-b", ALL).await;
@@ -126,45 +54,17 @@ async fn appends_are_offset_checked_and_retry_safe() {
 async fn cap_marks_the_stream_capped() {
     let srv = TestServer::start().await;
     let c = srv.client();
-    let s = c
-        .create_stream(&UploadOptions {
-            max_bytes: Some(10),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    c.append(&s.id, 0, Bytes::from_static(b"12345"))
-        .await
-        .unwrap();
-    let err = c
-        .append(&s.id, 5, Bytes::from_static(b"6789ABCDEF"))
-        .await
-        .unwrap_err();
+    let s = c.create_stream(&UploadOptions { max_bytes: Some(10), ..Default::default() }).await.unwrap();
+    c.append(&s.id, 0, Bytes::from_static(b"12345")).await.unwrap();
+    let err = c.append(&s.id, 5, Bytes::from_static(b"6789ABCDEF")).await.unwrap_err();
     assert_eq!(api_code(&err), (413, "stream_limit_exceeded".into()));
     let info = c.stream_info(&s.id).await.unwrap();
     assert_eq!((info.size, info.state), (10, StreamState::Capped));
-    let err = c
-        .append(&s.id, 10, Bytes::from_static(b"more"))
-        .await
-        .unwrap_err();
+    let err = c.append(&s.id, 10, Bytes::from_static(b"more")).await.unwrap_err();
     assert_eq!(api_code(&err), (409, "stream_closed".into()));
     let rec = c.seal(&s.id).await.unwrap();
-    assert_eq!(
-        c.get(&rec.digest.to_string())
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap(),
-        "123456789A"
-    );
-    let err = c
-        .create_stream(&UploadOptions {
-            max_bytes: Some(51 << 20),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    assert_eq!(c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap(), "123456789A");
+    let err = c.create_stream(&UploadOptions { max_bytes: Some(51 << 20), ..Default::default() }).await.unwrap_err();
     assert_eq!(api_code(&err), (400, "invalid_argument".into()));
     srv.stop().await;
 }
@@ -178,51 +78,18 @@ async fn long_poll_wakes_on_append() {
     let id = s.id.clone();
     let t = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        writer
-            .append(&id, 0, Bytes::from_static(b"tick\n"))
-            .await
-            .unwrap();
+        writer.append(&id, 0, Bytes::from_static(b"tick\n")).await.unwrap();
     });
     let start = Instant::now();
-    let p = c
-        .read_stream(
-            &s.id,
-            ReadRequest::Bytes {
-                offset: 0,
-                limit: None,
-            },
-            Some(10_000),
-        )
-        .await
-        .unwrap();
+    let p = c.read_stream(&s.id, ReadRequest::Bytes { offset: 0, limit: None }, Some(10_000)).await.unwrap();
     assert_eq!(p.content, "tick\n");
-    assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "woken by the append, not the timeout"
-    );
+    assert!(start.elapsed() < Duration::from_secs(5), "woken by the append, not the timeout");
     t.await.unwrap();
     // Nothing new: the wait ends at wait_ms with an empty page.
     let start = Instant::now();
-    let p = c
-        .read_stream(
-            &s.id,
-            ReadRequest::Bytes {
-                offset: 5,
-                limit: None,
-            },
-            Some(300),
-        )
-        .await
-        .unwrap();
+    let p = c.read_stream(&s.id, ReadRequest::Bytes { offset: 5, limit: None }, Some(300)).await.unwrap();
     assert!(p.content.is_empty() && start.elapsed() >= Duration::from_millis(250));
-    let r = c
-        .request(
-            Method::GET,
-            &format!("/v1/streams/{}/read?wait_ms=30001", s.id),
-        )
-        .send()
-        .await
-        .unwrap();
+    let r = c.request(Method::GET, &format!("/v1/streams/{}/read?wait_ms=30001", s.id)).send().await.unwrap();
     assert_eq!(r.status(), 400);
     srv.stop().await;
 }

@@ -48,14 +48,9 @@ pub fn files_under(dir: &std::path::Path) -> Vec<PathBuf> {
 
 pub fn api_code(err: &spillway_client::ClientError) -> (u16, String) {
     match err {
-        spillway_client::ClientError::Api { status, code, .. } => (
-            *status,
-            serde_json::to_value(code)
-                .unwrap()
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-        ),
+        spillway_client::ClientError::Api { status, code, .. } => {
+            (*status, serde_json::to_value(code).unwrap().as_str().unwrap_or_default().to_owned())
+        }
         other => panic!("expected an API error, got {other}"),
     }
 }
