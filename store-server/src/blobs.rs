@@ -23,7 +23,7 @@ use url::Url;
 use spillway_api::paging::lines::{LineIndex, LineIndexBuilder};
 
 /// Above this many bytes SHA-256 moves to its own thread, off the receiving task.
-const SHA_INLINE_LIMIT: u64 = 1 << 20;
+const SHA_INLINE_LIMIT: u64 = 256 << 10;
 const LOCAL_WRITE_BUFFER: usize = 1 << 20;
 
 /// What can go wrong with blob bytes.
@@ -243,7 +243,7 @@ impl BlobStore {
 
     /// Receives a body into a temporary location while hashing it. Nothing is visible under a
     /// content key until [`BlobStore::publish`]; the caller must [`BlobStore::discard`] after.
-    pub async fn stage<S, E>(&self, body: S, max: u64) -> Result<Staged, BlobError>
+    pub async fn stage<S, E>(&self, body: S, max: u64, size_hint: Option<u64>) -> Result<Staged, BlobError>
     where
         S: Stream<Item = Result<Bytes, E>> + Send,
         E: std::fmt::Display,
@@ -253,7 +253,9 @@ impl BlobStore {
             Some(root) => {
                 let path = root.join("tmp").join(&id);
                 let file = tokio::fs::File::create(&path).await?;
-                (Sink::Local(tokio::io::BufWriter::with_capacity(LOCAL_WRITE_BUFFER, file)), Tmp::Local(path))
+                let capacity =
+                    size_hint.map_or(LOCAL_WRITE_BUFFER, |n| (n as usize).clamp(8 << 10, LOCAL_WRITE_BUFFER));
+                (Sink::Local(tokio::io::BufWriter::with_capacity(capacity, file)), Tmp::Local(path))
             }
             None => {
                 let path = Path::from(format!("tmp/{id}"));

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod json;
 pub mod retention;
 pub mod routes;
 pub mod server;

@@ -24,13 +24,16 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
     let db = Db::connect(&config.database_url()).await?;
     let blobs = BlobStore::open(&config.blob_store_url()).await?;
     crate::routes::install_metrics();
+    let visibility = Arc::new(crate::state::VisibilityCache::new(db.backend() == crate::db::Backend::Sqlite));
     Ok(AppState {
+        visibility,
         db,
         blobs,
         config: Arc::new(config),
         clock,
         stream_waiters: Default::default(),
         token_cache: Default::default(),
+        blob_rows: Default::default(),
     })
 }
 

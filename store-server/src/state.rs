@@ -24,6 +24,10 @@ pub struct AppState {
     /// Wakes long-polling readers of a stream appended on this replica; readers on other
     /// replicas notice the append by polling the database.
     pub stream_waiters: Arc<StreamWaiters>,
+    /// Blob rows by digest: immutable, since they depend only on the content.
+    pub blob_rows: Arc<BlobRowCache>,
+    /// Visibility answers of this process, for the embedded (single-server) backend only.
+    pub visibility: Arc<VisibilityCache>,
     /// Recently seen tokens, so that a request costs no database round trip to authenticate.
     pub token_cache: Arc<crate::auth::TokenCache>,
 }
@@ -57,5 +61,78 @@ impl StreamWaiters {
                 map.remove(id);
             }
         }
+    }
+}
+
+/// Most blob rows kept; the cache is emptied when it is full.
+const BLOB_ROWS_MAX: usize = 4096;
+
+/// Blob rows (size, lines, line index) by digest. A digest names its content, so a row never
+/// changes; only visibility, which is always asked of the database, does.
+#[derive(Default, Debug)]
+pub struct BlobRowCache {
+    map: Mutex<HashMap<String, Arc<crate::db::BlobRow>>>,
+}
+
+impl BlobRowCache {
+    /// The cached row of `digest`.
+    pub fn get(&self, digest: &str) -> Option<Arc<crate::db::BlobRow>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).get(digest).cloned()
+    }
+
+    /// Remembers a row.
+    pub fn put(&self, row: Arc<crate::db::BlobRow>) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= BLOB_ROWS_MAX {
+            map.clear();
+        }
+        map.insert(row.digest.clone(), row);
+    }
+}
+
+/// How long a visibility answer is reused (it is also dropped at the reference's expiry, and
+/// at once when this server deletes or unpins).
+const VISIBILITY_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `(namespace, digest)` → until when the namespace sees the blob. Used only where this
+/// process is the only writer (SQLite), so its own deletes are all the invalidation needed.
+#[derive(Default, Debug)]
+pub struct VisibilityCache {
+    enabled: bool,
+    map: Mutex<HashMap<(String, String), (i64, std::time::Instant)>>,
+}
+
+impl VisibilityCache {
+    /// A cache that answers only when `enabled`.
+    pub fn new(enabled: bool) -> Self {
+        Self { enabled, map: Mutex::default() }
+    }
+
+    /// A cached "visible" answer still good at `now`.
+    pub fn visible(&self, ns: &str, digest: &str, now: i64) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&(ns.to_owned(), digest.to_owned()))
+            .is_some_and(|(until, at)| *until > now && at.elapsed() < VISIBILITY_TTL)
+    }
+
+    /// Remembers that `ns` sees `digest` until `until`.
+    pub fn remember(&self, ns: &str, digest: &str, until: i64) {
+        if !self.enabled {
+            return;
+        }
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= BLOB_ROWS_MAX * 4 {
+            map.clear();
+        }
+        map.insert((ns.to_owned(), digest.to_owned()), (until, std::time::Instant::now()));
+    }
+
+    /// Forgets what `ns` saw of `digest` (after a delete or an unpin).
+    pub fn forget(&self, ns: &str, digest: &str) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(&(ns.to_owned(), digest.to_owned()));
     }
 }

@@ -56,12 +56,18 @@ impl From<BlobError> for ApiError {
 
 /// Receives, verifies and stores a body, then references it in the caller's namespace.
 #[instrument(skip_all, fields(namespace = %spec.namespace))]
-pub async fn store<S, E>(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, body: S) -> ApiResult<Stored>
+pub async fn store<S, E>(
+    state: &AppState,
+    expected: Option<AnyDigest>,
+    spec: &RefSpec,
+    body: S,
+    size_hint: Option<u64>,
+) -> ApiResult<Stored>
 where
     S: Stream<Item = Result<Bytes, E>> + Send,
     E: std::fmt::Display,
 {
-    let staged = state.blobs.stage(body, state.config.max_blob_bytes).await?;
+    let staged = state.blobs.stage(body, state.config.max_blob_bytes, size_hint).await?;
     let result = commit(state, expected, spec, &staged).await;
     state.blobs.discard(staged).await;
     if let Ok(s) = &result {
@@ -104,8 +110,14 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
         pin_reason: None,
     };
     let give_up = tokio::time::Instant::now() + DELETING_WAIT;
+    // New content (the common case) goes straight to publication: one write, not two.
+    let mut step = match state.db.blob_state(&hex).await?.as_deref() {
+        None => AddRef::Absent,
+        Some("deleting") => AddRef::Deleting,
+        Some(_) => state.db.add_ref_if_live(&new_ref, now).await?,
+    };
     let deduplicated = loop {
-        match state.db.add_ref_if_live(&new_ref, now).await? {
+        step = match step {
             AddRef::Added { deduplicated } => break deduplicated,
             AddRef::Absent => {
                 state.blobs.publish(staged).await?;
@@ -116,8 +128,9 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
                     lines: staged.lines,
                     line_index: staged.index.encode(),
                 };
-                if let Some(dedup) = state.db.insert_blob_with_ref(&row, &new_ref, now).await? {
-                    break dedup;
+                match state.db.insert_blob_with_ref(&row, &new_ref, now).await? {
+                    Some(dedup) => break dedup,
+                    None => AddRef::Deleting,
                 }
             }
             AddRef::Deleting => {
@@ -125,8 +138,9 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
                     return Err(ApiError::Unavailable("the same content is being deleted; retry".into()));
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
+                state.db.add_ref_if_live(&new_ref, now).await?
             }
-        }
+        };
     };
     Ok(Stored {
         record: BlobRecord {

@@ -151,6 +151,36 @@ impl Db {
         row.as_ref().map(blob_from_row).transpose()
     }
 
+    /// The blob's state (`live` or `deleting`), or `None` when there is no such blob.
+    pub async fn blob_state(&self, digest: &str) -> Result<Option<String>, sqlx::Error> {
+        sqlx::query_scalar("SELECT state FROM blobs WHERE digest = $1").bind(digest).fetch_optional(&self.pool).await
+    }
+
+    /// Until when `namespace` sees the blob (`i64::MAX` for a pin), or `None` when it holds no
+    /// live reference. A referenced blob is always live: retention only claims blobs nothing
+    /// references.
+    pub async fn visible_until(&self, ns: &str, digest: &str, now: i64) -> Result<Option<i64>, sqlx::Error> {
+        sqlx::query_scalar(
+            "SELECT CAST(MAX(CASE WHEN pinned = 1 THEN $4 ELSE expires_at END) AS BIGINT) FROM refs \
+             WHERE namespace = $1 AND digest = $2 AND (pinned = 1 OR expires_at > $3)",
+        )
+        .bind(ns)
+        .bind(digest)
+        .bind(now)
+        .bind(i64::MAX)
+        .fetch_one(&self.pool)
+        .await
+    }
+
+    /// A blob's row whatever its references (its fields depend only on its content).
+    pub async fn blob_row(&self, digest: &str) -> Result<Option<BlobRow>, sqlx::Error> {
+        let row = sqlx::query("SELECT digest, sha256, size, lines, line_index FROM blobs WHERE digest = $1")
+            .bind(digest)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(blob_from_row).transpose()
+    }
+
     /// References a blob that is already stored and live, keeping it from collection.
     pub async fn add_ref_if_live(&self, r: &NewRef, now: i64) -> Result<AddRef, sqlx::Error> {
         let r = r.clone();

@@ -1,5 +1,7 @@
 //! `/v1/blobs`: upload, head, download with Range, pin, delete.
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -16,13 +18,26 @@ use crate::state::AppState;
 use crate::upload::{self, RefSpec};
 
 /// Resolves a digest in the caller's namespace, or `404` exactly as if it did not exist.
-pub(super) async fn visible(state: &AppState, ns: &str, d: &AnyDigest) -> ApiResult<BlobRow> {
+pub(super) async fn visible(state: &AppState, ns: &str, d: &AnyDigest) -> ApiResult<Arc<BlobRow>> {
     let now = state.now();
-    let row = match d {
-        AnyDigest::Blake3(b) => state.db.visible_blob(ns, &b.hex(), now).await?,
-        AnyDigest::Sha256(s) => state.db.visible_blob_by_sha256(ns, &hex::encode(s.as_bytes()), now).await?,
+    let not_found = || ApiError::NotFound(format!("blob {d}"));
+    let hex = match d {
+        AnyDigest::Blake3(b) => b.hex(),
+        AnyDigest::Sha256(s) => {
+            let row = state.db.visible_blob_by_sha256(ns, &hex::encode(s.as_bytes()), now).await?;
+            return row.map(Arc::new).ok_or_else(not_found);
+        }
     };
-    row.ok_or_else(|| ApiError::NotFound(format!("blob {d}")))
+    if !state.visibility.visible(ns, &hex, now) {
+        let until = state.db.visible_until(ns, &hex, now).await?.ok_or_else(not_found)?;
+        state.visibility.remember(ns, &hex, until);
+    }
+    if let Some(row) = state.blob_rows.get(&hex) {
+        return Ok(row);
+    }
+    let row = Arc::new(state.db.blob_row(&hex).await?.ok_or_else(not_found)?);
+    state.blob_rows.put(row.clone());
+    Ok(row)
 }
 
 pub(super) fn blob_digest(row: &BlobRow) -> ApiResult<spillway_api::Digest> {
@@ -54,7 +69,8 @@ async fn upload_response(
         ttl_ms: Some(opts.ttl_ms(&state.config)?),
     };
     check_length(headers, state)?;
-    let stored = upload::store(state, expected, &spec, body.into_data_stream()).await?;
+    let hint = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+    let stored = upload::store(state, expected, &spec, body.into_data_stream(), hint).await?;
     let status = if stored.record.deduplicated { StatusCode::OK } else { StatusCode::CREATED };
     let location = format!("/v1/blobs/{}", stored.record.digest);
     let mut resp = (status, Json(stored.record)).into_response();
@@ -232,7 +248,9 @@ pub(super) async fn unpin_blob(
     caller.require(Scope::Admin)?;
     let d = parse_digest(&raw)?;
     let row = visible(&state, &caller.namespace, &d).await?;
-    match state.db.unpin(&caller.namespace, &row.digest).await? {
+    let removed = state.db.unpin(&caller.namespace, &row.digest).await?;
+    state.visibility.forget(&caller.namespace, &row.digest);
+    match removed {
         0 => Err(ApiError::NotFound(format!("pin of {d}"))),
         _ => Ok(StatusCode::NO_CONTENT),
     }
@@ -249,5 +267,6 @@ pub(super) async fn delete_blob(
     let d = parse_digest(&raw)?;
     let row = visible(&state, &caller.namespace, &d).await?;
     state.db.delete_refs(&caller.namespace, &row.digest).await?;
+    state.visibility.forget(&caller.namespace, &row.digest);
     Ok(StatusCode::NO_CONTENT)
 }

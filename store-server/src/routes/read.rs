@@ -14,6 +14,7 @@ use super::{parse_digest, Q};
 use crate::auth::{Caller, Scope};
 use crate::blobs::BlobStore;
 use crate::error::{src_err, ApiError, ApiResult};
+use crate::json::PageJson;
 use crate::state::AppState;
 use spillway_api::paging::lines::{Checkpoint, LineIndex};
 use spillway_api::paging::{self as page, GrepRequest, PageResult, Source};
@@ -115,7 +116,7 @@ pub(super) async fn read_blob(
     caller: Caller,
     Path(raw): Path<String>,
     Q(q): Q<ReadQuery>,
-) -> ApiResult<Json<ReadPage>> {
+) -> ApiResult<PageJson> {
     caller.require(Scope::Read)?;
     let d = parse_digest(&raw)?;
     if q.wait_ms.is_some() {
@@ -123,7 +124,7 @@ pub(super) async fn read_blob(
     }
     let row = visible(&state, &caller.namespace, &d).await?;
     let src = BlobSource::new(&state, &row)?;
-    Ok(Json(page_of(&src, &q).await?))
+    Ok(PageJson(page_of(&src, &q).await?))
 }
 
 /// Query of grep.

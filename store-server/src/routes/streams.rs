@@ -17,6 +17,7 @@ use super::{RefOptions, Q};
 use crate::auth::{Caller, Scope};
 use crate::db::{AppendOutcome, Db, StreamRow};
 use crate::error::{src_err, ApiError, ApiResult};
+use crate::json::PageJson;
 use crate::state::AppState;
 use crate::upload::{self, RefSpec};
 use spillway_api::paging::lines::Checkpoint;
@@ -164,7 +165,7 @@ pub(super) async fn read_stream(
     caller: Caller,
     Path(id): Path<String>,
     Q(q): Q<ReadQuery>,
-) -> ApiResult<Json<ReadPage>> {
+) -> ApiResult<PageJson> {
     caller.require(Scope::Read)?;
     let wait = q.wait_ms().unwrap_or(0);
     if wait > MAX_WAIT_MS {
@@ -193,10 +194,10 @@ pub(super) async fn read_stream(
         let src = BlobSource::new(&state, &blob)?;
         let mut page = page_of(&src, &q).await?;
         page.digest = Some(format!("blake3:{digest}"));
-        return Ok(Json(page));
+        return Ok(PageJson(page));
     }
     let src = StreamSource { db: state.db.clone(), row };
-    Ok(Json(page_of(&src, &q).await?))
+    Ok(PageJson(page_of(&src, &q).await?))
 }
 
 /// `POST /v1/streams/{id}/seal`: the stream's content becomes a blob in the namespace.
@@ -248,7 +249,7 @@ pub(super) async fn seal_stream(
             Ok::<_, sqlx::Error>(Some((data.clone(), pos + data.len() as u64)))
         }
     });
-    let stored = upload::store(&state, None, &spec, body).await?;
+    let stored = upload::store(&state, None, &spec, body, Some(row.size)).await?;
     if stored.record.size != row.size {
         return Err(ApiError::Unavailable("the stream changed while it was sealed; retry".into()));
     }
