@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -113,11 +112,43 @@ impl LocalDir {
     }
 }
 
+/// Writes go to a 1 MiB buffer; full buffers are written by a blocking task while the next
+/// fills (one write in flight), so the capture loop never waits on the disk twice.
 struct LocalWriter {
     dir: PathBuf,
     tmp: PathBuf,
-    file: tokio::io::BufWriter<tokio::fs::File>,
+    file: Option<std::fs::File>,
+    buf: Vec<u8>,
+    pending: Option<tokio::task::JoinHandle<std::io::Result<(std::fs::File, Vec<u8>)>>>,
     hasher: blake3::Hasher,
+}
+
+const LOCAL_BUFFER: usize = 1 << 20;
+
+impl LocalWriter {
+    async fn wait_pending(&mut self) -> Result<()> {
+        if let Some(p) = self.pending.take() {
+            let (file, mut spare) = p.await.map_err(|e| ClientError::Other(e.to_string()))??;
+            self.file = Some(file);
+            spare.clear();
+            if self.buf.capacity() < spare.capacity() {
+                self.buf = spare;
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush_buf(&mut self) -> Result<()> {
+        self.wait_pending().await?;
+        let mut file = self.file.take().ok_or_else(|| ClientError::Other("spill file lost".into()))?;
+        let data = std::mem::replace(&mut self.buf, Vec::with_capacity(LOCAL_BUFFER));
+        self.pending = Some(tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            file.write_all(&data)?;
+            Ok((file, data))
+        }));
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -125,11 +156,13 @@ impl SpillTarget for LocalDir {
     async fn begin(&self, _labels: &[(String, String)]) -> Result<Box<dyn SpillWriter>> {
         tokio::fs::create_dir_all(&self.dir).await?;
         let tmp = self.dir.join(format!(".tmp-{}-{}", std::process::id(), rand_suffix()));
-        let file = tokio::fs::File::create(&tmp).await?;
+        let file = tokio::fs::File::create(&tmp).await?.into_std().await;
         Ok(Box::new(LocalWriter {
             dir: self.dir.clone(),
             tmp,
-            file: tokio::io::BufWriter::with_capacity(256 * 1024, file),
+            file: Some(file),
+            buf: Vec::with_capacity(LOCAL_BUFFER),
+            pending: None,
             hasher: blake3::Hasher::new(),
         }))
     }
@@ -146,12 +179,16 @@ fn rand_suffix() -> String {
 impl SpillWriter for LocalWriter {
     async fn write(&mut self, chunk: Bytes, _deadline: &mut Deadline) -> Result<()> {
         self.hasher.update(&chunk);
-        self.file.write_all(&chunk).await?;
+        self.buf.extend_from_slice(&chunk);
+        if self.buf.len() >= LOCAL_BUFFER {
+            self.flush_buf().await?;
+        }
         Ok(())
     }
 
     async fn finish(mut self: Box<Self>, _deadline: &mut Deadline) -> Result<Location> {
-        self.file.flush().await?;
+        self.flush_buf().await?;
+        self.wait_pending().await?;
         let digest = spillway_api::Digest::from_bytes(*self.hasher.finalize().as_bytes());
         let path = self.dir.join(format!("{}.txt", digest.hex()));
         if tokio::fs::try_exists(&path).await.unwrap_or(false) {

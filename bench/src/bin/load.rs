@@ -34,6 +34,8 @@ struct Cli {
 enum Target {
     Spillway,
     Nginx,
+    /// Straight to an S3 server (`--url` is the bucket; endpoint and keys from `AWS_*`).
+    S3,
 }
 
 #[derive(Subcommand)]
@@ -83,6 +85,7 @@ enum Op {
 }
 
 struct Ctx {
+    s3: Option<Arc<dyn object_store::ObjectStore>>,
     http: reqwest::Client,
     target: Target,
     url: String,
@@ -99,9 +102,13 @@ impl Ctx {
     }
 
     async fn put(&self, name: &str, body: Bytes) -> anyhow::Result<String> {
+        if let Some(s3) = &self.s3 {
+            s3.put(&object_store::path::Path::from(name), body.into()).await?;
+            return Ok(name.to_owned());
+        }
         let r = match self.target {
             Target::Spillway => self.auth(self.http.post(format!("{}/v1/blobs", self.url))),
-            Target::Nginx => self.http.put(format!("{}/{name}", self.url)),
+            Target::Nginx | Target::S3 => self.http.put(format!("{}/{name}", self.url)),
         };
         let resp = r.body(body).send().await?;
         anyhow::ensure!(resp.status().is_success(), "PUT {}", resp.status());
@@ -109,7 +116,7 @@ impl Ctx {
             Target::Spillway => {
                 resp.json::<serde_json::Value>().await?["digest"].as_str().unwrap_or_default().to_owned()
             }
-            Target::Nginx => {
+            Target::Nginx | Target::S3 => {
                 resp.bytes().await?;
                 name.to_owned()
             }
@@ -117,12 +124,16 @@ impl Ctx {
     }
 
     async fn range(&self, name: &str, offset: u64, len: u64) -> anyhow::Result<u64> {
+        if let Some(s3) = &self.s3 {
+            let b = s3.get_range(&object_store::path::Path::from(name), offset..offset + len).await?;
+            return Ok(b.len() as u64);
+        }
         let resp = match self.target {
             Target::Spillway => {
                 let url = format!("{}/v1/blobs/{name}/read?offset={offset}&limit={len}", self.url);
                 self.auth(self.http.get(url)).send().await?
             }
-            Target::Nginx => {
+            Target::Nginx | Target::S3 => {
                 let range = format!("bytes={offset}-{}", offset + len - 1);
                 self.http.get(format!("{}/{name}", self.url)).header("Range", range).send().await?
             }
@@ -134,7 +145,7 @@ impl Ctx {
     async fn get(&self, name: &str) -> anyhow::Result<u64> {
         let url = match self.target {
             Target::Spillway => format!("{}/v1/blobs/{name}", self.url),
-            Target::Nginx => format!("{}/{name}", self.url),
+            Target::Nginx | Target::S3 => format!("{}/{name}", self.url),
         };
         let mut resp = self.auth(self.http.get(url)).send().await?;
         anyhow::ensure!(resp.status().is_success(), "get {}", resp.status());
@@ -163,8 +174,14 @@ fn body(size: usize, seq: u64, salt: u64) -> Bytes {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let http = reqwest::Client::builder().tcp_nodelay(true).pool_max_idle_per_host(256).build()?;
+    let s3: Option<Arc<dyn object_store::ObjectStore>> = match cli.target {
+        Target::S3 => {
+            Some(Arc::new(object_store::aws::AmazonS3Builder::from_env().with_bucket_name(cli.url.clone()).build()?))
+        }
+        _ => None,
+    };
     let ctx =
-        Arc::new(Ctx { http, target: cli.target, url: cli.url.trim_end_matches('/').to_owned(), token: cli.token });
+        Arc::new(Ctx { s3, http, target: cli.target, url: cli.url.trim_end_matches('/').to_owned(), token: cli.token });
     let salt = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64;
     let conc = cli.concurrency.max(1);
     match cli.op {

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# `spillway exec` of 1 GiB of output against `cat` writing the same stream to a file: wall
+# time (best of 3) and peak RSS. Also a 1 GiB run spilling to the store (loopback).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p spillway-client -p spillway-server
+work=${BENCH_DIR:-/tmp/spillway-bench-exec}
+rm -rf "$work" && mkdir -p "$work"
+size=${SIZE:-1073741824}
+best() { # prints "seconds maxrss_kib" of the fastest of 3 runs of "$@"
+  local b=""
+  for _ in 1 2 3; do
+    rm -rf "$work/out" "$work/cat.out"
+    local r
+    r=$( { /usr/bin/time -f '%e %M' "$@" >/dev/null; } 2>&1 | tail -n 1)
+    if [ -z "$b" ] || awk -v a="${r% *}" -v c="${b% *}" 'BEGIN{exit !(a<c)}'; then b=$r; fi
+  done
+  echo "$b"
+}
+c=$(best sh -c "head -c $size /dev/zero | cat > $work/cat.out")
+s=$(best target/release/spillway exec --local "$work/out" -- head -c "$size" /dev/zero)
+echo "cat > file:            ${c% *} s, peak RSS ${c#* } KiB"
+echo "spillway exec --local: ${s% *} s, peak RSS ${s#* } KiB"
+awk -v a="${c% *}" -v b="${s% *}" 'BEGIN{printf "throughput ratio (spillway / cat): %.2fx\n", a/b}'
+SPILLWAY_DATA_DIR="$work/spw" SPILLWAY_LISTEN=127.0.0.1:17747 RUST_LOG=warn target/release/spillway-server &
+spw=$!
+trap 'kill $spw 2>/dev/null; wait 2>/dev/null' EXIT
+for _ in $(seq 100); do [ -f "$work/spw/token" ] && curl -s -o /dev/null http://127.0.0.1:17747/healthz && break; sleep 0.1; done
+r=$( { SPILLWAY_URL=http://127.0.0.1:17747 SPILLWAY_TOKEN=$(cat "$work/spw/token") /usr/bin/time -f '%e %M' \
+  target/release/spillway exec -- head -c "$size" /dev/zero > "$work/remote.json"; } 2>&1 | tail -n 1)
+echo "spillway exec (store): ${r% *} s, peak RSS ${r#* } KiB, saved: $(python3 -c "import json;print(json.load(open('$work/remote.json'))['stdout']['saved'])")"

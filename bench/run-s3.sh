@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Spillway on PostgreSQL + S3 beside the same operations sent straight to that S3 server
+# (the suite's s3s-fs server, standalone): what verification and metadata cost on top of S3.
+# Usage: bench/run-s3.sh [quick]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=${1:-}
+cargo build --release -q -p spillway-server -p spillway-bench
+work=${BENCH_DIR:-/tmp/spillway-bench-s3}
+rm -rf "$work" && mkdir -p "$work/s3/bench"
+admin=$(scripts/pg-start)
+db="spw_bench_$$"
+psql "$admin" -qc "CREATE DATABASE $db" >/dev/null
+export AWS_ENDPOINT=http://127.0.0.1:19000 AWS_ACCESS_KEY_ID=spillway-test AWS_SECRET_ACCESS_KEY=spillway-test-secret \
+  AWS_REGION=us-east-1 AWS_ALLOW_HTTP=true
+target/release/spillway-s3-server 127.0.0.1:19000 "$work/s3" 2>/dev/null &
+s3=$!
+SPILLWAY_DATA_DIR="$work/spw" SPILLWAY_LISTEN=127.0.0.1:17746 RUST_LOG=warn \
+  SPILLWAY_DATABASE_URL="${admin%/*}/$db" SPILLWAY_BLOB_STORE=s3://bench/spill target/release/spillway-server &
+spw=$!
+trap 'kill $s3 $spw 2>/dev/null; wait 2>/dev/null; psql "$admin" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1' EXIT
+for _ in $(seq 100); do
+  if [ -f "$work/spw/token" ] && curl -s -o /dev/null http://127.0.0.1:17746/readyz; then break; fi
+  sleep 0.1
+done
+export SPILLWAY_TOKEN=$(cat "$work/spw/token")
+load=target/release/spillway-load
+S="$load --target spillway --url http://127.0.0.1:17746"
+D="$load --target s3 --url bench"
+out="$work/results.jsonl"
+: > "$out"
+n16=16; n1=200; secs=10
+[ "$quick" = quick ] && { n16=4; n1=40; secs=3; }
+$S --label "spillway PUT 16 MiB sequential" put --size 16777216 --count $n16 | tee -a "$out"
+$D --label "s3 PUT 16 MiB sequential" put --size 16777216 --count $n16 | tee -a "$out"
+$S --concurrency 8 --label "spillway PUT 1 MiB 8 concurrent" put --size 1048576 --count $n1 | tee -a "$out"
+$D --concurrency 8 --label "s3 PUT 1 MiB 8 concurrent" put --size 1048576 --count $n1 | tee -a "$out"
+sd=$($S seed --size 1300000 --lines); dd=$($D seed --size 1300000 --lines)
+$S --concurrency 16 --label "spillway capped 100 KB read, 16 connections" range --name "$sd" --size 50000000 --secs $secs | tee -a "$out"
+$D --concurrency 16 --label "s3 100 KB ranged GET, 16 connections" range --name "$dd" --size 50000000 --secs $secs | tee -a "$out"
+sed -i 's/"label":"s3 /"label":"nginx /; s/100 KB ranged GET/capped 100 KB read/' "$out"
+echo "(the column headed nginx below is S3 direct)"
+python3 bench/table.py "$out"
