@@ -128,12 +128,8 @@ const LOCAL_BUFFER: usize = 1 << 20;
 impl LocalWriter {
     async fn wait_pending(&mut self) -> Result<()> {
         if let Some(p) = self.pending.take() {
-            let (file, mut spare) = p.await.map_err(|e| ClientError::Other(e.to_string()))??;
+            let (file, _written) = p.await.map_err(|e| ClientError::Other(e.to_string()))??;
             self.file = Some(file);
-            spare.clear();
-            if self.buf.capacity() < spare.capacity() {
-                self.buf = spare;
-            }
         }
         Ok(())
     }

@@ -82,7 +82,7 @@ async fn exec_local_spills_and_reads_back() {
     assert!(out["result"].as_str().unwrap().ends_with("199999\n200000\n"), "the tail is kept");
     let path = out["file_path"].as_str().unwrap();
     assert!(path.starts_with(dir.path().join(".outputs").to_str().unwrap()), "no store: ./.outputs, absolute");
-    assert_eq!(std::fs::read_to_string(path).unwrap(), expected);
+    assert!(std::fs::read_to_string(path).unwrap() == expected, "the spill holds the exact output");
     assert!(out["hint"].as_str().unwrap().contains(path));
     // stderr is apart, whole.
     assert_eq!(v["stderr"]["result"], "error: the build failed\n");
@@ -100,7 +100,7 @@ async fn exec_local_spills_and_reads_back() {
     assert_eq!(g["matches"].as_array().unwrap().len(), 10);
     let got = r.run(&["--local", ".outputs", "get", digest], None).await;
     assert!(got.status.success());
-    assert_eq!(got.stdout, expected.as_bytes());
+    assert!(got.stdout == expected.as_bytes(), "get returns the exact output");
     // Same content, same name: running it again changes nothing.
     let v2 = r.json(&args, None).await;
     assert_eq!(v2["stdout"]["file_path"], out["file_path"]);
@@ -125,7 +125,7 @@ async fn exec_remote_spills_and_sre_commands() {
     let file = dir.path().join("out.txt");
     let got = r.run(&["get", &digest, "-o", file.to_str().unwrap()], None).await;
     assert!(got.status.success(), "{}", String::from_utf8_lossy(&got.stderr));
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), expected);
+    assert!(std::fs::read_to_string(&file).unwrap() == expected, "get -o writes the exact output");
     let page = r.json(&["read", &digest, "--line", "2", "--lines", "1"], None).await;
     assert_eq!(page["content"], "2\n");
     let g = r.json(&["grep", &digest, "^29999[0-9]$", "--max-matches", "3"], None).await;
