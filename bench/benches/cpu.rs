@@ -55,7 +55,7 @@ impl SpillTarget for Null {
 }
 
 fn benches(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let text: String = (1..=1_000_000).map(|i| format!("log line {i:>9} status=ok\n")).collect();
     let mut b = LineIndexBuilder::default();
     b.update(text.as_bytes());

@@ -7,7 +7,7 @@ use std::ops::Range;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
@@ -22,6 +22,9 @@ use url::Url;
 
 use spillway_api::paging::lines::{LineIndex, LineIndexBuilder};
 
+/// Blobs up to this size are stored inline in their metadata row: one group commit makes
+/// them durable, with no file and no fsync of their own.
+pub const INLINE_MAX: usize = 16 << 10;
 /// Above this many bytes SHA-256 moves to its own thread, off the receiving task.
 const SHA_INLINE_LIMIT: u64 = 256 << 10;
 const LOCAL_WRITE_BUFFER: usize = 1 << 20;
@@ -92,6 +95,17 @@ pub struct Staged {
 enum Tmp {
     Local(PathBuf),
     Object(Path),
+    Inline(Bytes),
+}
+
+impl Staged {
+    /// The bytes, when the blob is small enough to be stored inline with its metadata.
+    pub fn inline(&self) -> Option<&Bytes> {
+        match &self.tmp {
+            Tmp::Inline(b) => Some(b),
+            _ => None,
+        }
+    }
 }
 
 enum Sink {
@@ -241,20 +255,15 @@ impl BlobStore {
         }
     }
 
-    /// Receives a body into a temporary location while hashing it. Nothing is visible under a
-    /// content key until [`BlobStore::publish`]; the caller must [`BlobStore::discard`] after.
-    pub async fn stage<S, E>(&self, body: S, max: u64, size_hint: Option<u64>) -> Result<Staged, BlobError>
-    where
-        S: Stream<Item = Result<Bytes, E>> + Send,
-        E: std::fmt::Display,
-    {
+    /// Opens the temporary location of a body that outgrew [`INLINE_MAX`].
+    async fn open_sink(&self, size_hint: Option<u64>) -> Result<(Sink, Tmp), BlobError> {
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let (mut sink, tmp) = match &self.local_root {
+        Ok(match &self.local_root {
             Some(root) => {
                 let path = root.join("tmp").join(&id);
                 let file = tokio::fs::File::create(&path).await?;
                 let capacity =
-                    size_hint.map_or(LOCAL_WRITE_BUFFER, |n| (n as usize).clamp(8 << 10, LOCAL_WRITE_BUFFER));
+                    size_hint.map_or(LOCAL_WRITE_BUFFER, |n| (n as usize).clamp(64 << 10, LOCAL_WRITE_BUFFER));
                 (Sink::Local(tokio::io::BufWriter::with_capacity(capacity, file)), Tmp::Local(path))
             }
             None => {
@@ -262,36 +271,14 @@ impl BlobStore {
                 let w = object_store::buffered::BufWriter::new(self.store.clone(), path.clone());
                 (Sink::Object(w), Tmp::Object(path))
             }
-        };
-        match Self::receive(&mut sink, body, max).await {
-            Ok((hasher, sha, index)) => {
-                let sha256 = match sha.finish().await {
-                    Ok(s) => s,
-                    Err(e) => return Err(self.fail(sink, tmp, e).await),
-                };
-                if let Err(e) = sink.finish().await {
-                    return Err(self.fail_tmp(tmp, e).await);
-                }
-                let size = index.size();
-                let lines = index.lines();
-                Ok(Staged {
-                    digest: Digest::from_bytes(*hasher.finalize().as_bytes()),
-                    sha256,
-                    size,
-                    lines,
-                    index: index.finish(),
-                    tmp,
-                })
-            }
-            Err(e) => Err(self.fail(sink, tmp, e).await),
-        }
+        })
     }
 
-    async fn receive<S, E>(
-        sink: &mut Sink,
-        body: S,
-        max: u64,
-    ) -> Result<(blake3::Hasher, ShaHasher, LineIndexBuilder), BlobError>
+    /// Receives a body while hashing it. A body of at most [`INLINE_MAX`] bytes stays in
+    /// memory (it is stored inline with its metadata, in the same commit); a larger one goes
+    /// to a temporary location. Nothing is visible under a content key until
+    /// [`BlobStore::publish`]; the caller must [`BlobStore::discard`] after.
+    pub async fn stage<S, E>(&self, body: S, max: u64, size_hint: Option<u64>) -> Result<Staged, BlobError>
     where
         S: Stream<Item = Result<Bytes, E>> + Send,
         E: std::fmt::Display,
@@ -300,17 +287,63 @@ impl BlobStore {
         let mut hasher = blake3::Hasher::new();
         let mut sha = ShaHasher::Inline(Sha256::new());
         let mut index = LineIndexBuilder::default();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| BlobError::Body(e.to_string()))?;
-            if index.size() + chunk.len() as u64 > max {
-                return Err(BlobError::TooLarge(max));
+        let mut memory = BytesMut::new();
+        let mut spilled: Option<(Sink, Tmp)> = None;
+        let received: Result<(), BlobError> = async {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| BlobError::Body(e.to_string()))?;
+                if index.size() + chunk.len() as u64 > max {
+                    return Err(BlobError::TooLarge(max));
+                }
+                hasher.update(&chunk);
+                index.update(&chunk);
+                match &mut spilled {
+                    Some((sink, _)) => sink.write(&chunk).await?,
+                    None if memory.len() + chunk.len() <= INLINE_MAX => memory.extend_from_slice(&chunk),
+                    None => {
+                        let (mut sink, tmp) = self.open_sink(size_hint).await?;
+                        spilled = Some(match sink.write(&memory).await {
+                            Ok(()) => (sink, tmp),
+                            Err(e) => return Err(self.fail(sink, tmp, e).await),
+                        });
+                        memory = BytesMut::new();
+                        if let Some((sink, _)) = &mut spilled {
+                            sink.write(&chunk).await?;
+                        }
+                    }
+                }
+                sha.update(chunk, index.size()).await;
             }
-            hasher.update(&chunk);
-            index.update(&chunk);
-            sink.write(&chunk).await?;
-            sha.update(chunk, index.size()).await;
+            Ok(())
         }
-        Ok((hasher, sha, index))
+        .await;
+        let sha256 = match received {
+            Ok(()) => sha.finish().await,
+            Err(e) => Err(e),
+        };
+        let tmp = match (sha256.as_ref(), spilled) {
+            (Err(_), Some((sink, tmp))) => {
+                sink.abort().await;
+                self.remove_tmp(tmp).await;
+                None
+            }
+            (Err(_), None) => None,
+            (Ok(_), None) => Some(Tmp::Inline(memory.freeze())),
+            (Ok(_), Some((sink, tmp))) => match sink.finish().await {
+                Ok(()) => Some(tmp),
+                Err(e) => return Err(self.fail_tmp(tmp, e).await),
+            },
+        };
+        let sha256 = sha256?;
+        let tmp = tmp.ok_or_else(|| BlobError::Storage("staging lost its data".into()))?;
+        Ok(Staged {
+            digest: Digest::from_bytes(*hasher.finalize().as_bytes()),
+            sha256,
+            size: index.size(),
+            lines: index.lines(),
+            index: index.finish(),
+            tmp,
+        })
     }
 
     async fn fail(&self, sink: Sink, tmp: Tmp, err: BlobError) -> BlobError {
@@ -331,6 +364,7 @@ impl BlobStore {
             Tmp::Object(p) => {
                 let _ = self.store.delete(&p).await;
             }
+            Tmp::Inline(_) => {}
         }
     }
 
@@ -352,6 +386,7 @@ impl BlobStore {
                     .map_err(|e| BlobError::Storage(e.to_string()))??;
             }
             (Tmp::Object(tmp), _) => self.store.copy(tmp, &key).await?,
+            (Tmp::Inline(_), _) => {} // stored with the metadata row
             (Tmp::Local(_), None) => return Err(BlobError::Storage("local staging without a root".into())),
         }
         Ok(())

@@ -127,6 +127,7 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
                     size: staged.size,
                     lines: staged.lines,
                     line_index: staged.index.encode(),
+                    inline_data: staged.inline().map(|b| b.to_vec()),
                 };
                 match state.db.insert_blob_with_ref(&row, &new_ref, now).await? {
                     Some(dedup) => break dedup,

@@ -23,6 +23,8 @@ pub struct BlobRow {
     pub lines: u64,
     /// Encoded line index (`spillway_api::paging::lines::LineIndex`).
     pub line_index: Vec<u8>,
+    /// The bytes themselves, for a blob small enough to be stored inline.
+    pub inline_data: Option<Vec<u8>>,
 }
 
 /// A reference to add.
@@ -83,6 +85,7 @@ fn blob_from_row(r: &AnyRow) -> Result<BlobRow, sqlx::Error> {
         size: r.try_get::<i64, _>("size")? as u64,
         lines: r.try_get::<i64, _>("lines")? as u64,
         line_index: r.try_get("line_index")?,
+        inline_data: r.try_get("inline_data")?,
     })
 }
 
@@ -129,7 +132,7 @@ impl Db {
     /// The blob if `namespace` holds a live reference to it.
     pub async fn visible_blob(&self, ns: &str, digest: &str, now: i64) -> Result<Option<BlobRow>, sqlx::Error> {
         let sql = format!(
-            "SELECT digest, sha256, size, lines, line_index FROM blobs b \
+            "SELECT digest, sha256, size, lines, line_index, inline_data FROM blobs b \
              WHERE {VISIBLE} AND b.digest = $3 AND b.state = 'live'"
         );
         let row = sqlx::query(&sql).bind(ns).bind(now).bind(digest).fetch_optional(&self.pool).await?;
@@ -144,7 +147,7 @@ impl Db {
         now: i64,
     ) -> Result<Option<BlobRow>, sqlx::Error> {
         let sql = format!(
-            "SELECT digest, sha256, size, lines, line_index FROM blobs b \
+            "SELECT digest, sha256, size, lines, line_index, inline_data FROM blobs b \
              WHERE {VISIBLE} AND b.sha256 = $3 AND b.state = 'live' LIMIT 1"
         );
         let row = sqlx::query(&sql).bind(ns).bind(now).bind(sha256).fetch_optional(&self.pool).await?;
@@ -174,10 +177,11 @@ impl Db {
 
     /// A blob's row whatever its references (its fields depend only on its content).
     pub async fn blob_row(&self, digest: &str) -> Result<Option<BlobRow>, sqlx::Error> {
-        let row = sqlx::query("SELECT digest, sha256, size, lines, line_index FROM blobs WHERE digest = $1")
-            .bind(digest)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row =
+            sqlx::query("SELECT digest, sha256, size, lines, line_index, inline_data FROM blobs WHERE digest = $1")
+                .bind(digest)
+                .fetch_optional(&self.pool)
+                .await?;
         row.as_ref().map(blob_from_row).transpose()
     }
 
@@ -214,8 +218,8 @@ impl Db {
         self.write(move |c| {
             Box::pin(async move {
                 let n = sqlx::query(
-                    "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, state) \
-                     VALUES ($1, $2, $3, $4, $5, $6, 'live') \
+                    "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, inline_data, state) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, 'live') \
                      ON CONFLICT (digest) DO UPDATE SET unreferenced_since = NULL WHERE blobs.state = 'live'",
                 )
                 .bind(&b.digest)
@@ -224,6 +228,7 @@ impl Db {
                 .bind(to_i64(b.lines))
                 .bind(&b.line_index)
                 .bind(now)
+                .bind(b.inline_data.as_deref())
                 .execute(&mut *c)
                 .await?
                 .rows_affected();

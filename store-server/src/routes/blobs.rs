@@ -187,10 +187,15 @@ pub(super) async fn get_blob(
         None => (StatusCode::OK, 0..row.size),
     };
     let digest = blob_digest(&row)?;
-    let stream = state.blobs.get_stream(&digest, span.clone()).await?;
     let len = span.end - span.start;
     metrics::counter!("spillway_bytes_out_total").increment(len);
-    let body = Body::from_stream(stream.map_err(|e| std::io::Error::other(e.to_string())));
+    let body = match &row.inline_data {
+        Some(data) => Body::from(data[span.start as usize..span.end as usize].to_vec()),
+        None => {
+            let stream = state.blobs.get_stream(&digest, span.clone()).await?;
+            Body::from_stream(stream.map_err(|e| std::io::Error::other(e.to_string())))
+        }
+    };
     let mut resp = (status, base_headers(&row), body).into_response();
     let h = resp.headers_mut();
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));

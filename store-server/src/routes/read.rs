@@ -72,6 +72,7 @@ pub(super) struct BlobSource {
     pub(super) size: u64,
     pub(super) lines: u64,
     pub(super) index: LineIndex,
+    pub(super) inline: Option<Bytes>,
 }
 
 impl BlobSource {
@@ -82,6 +83,7 @@ impl BlobSource {
             size: row.size,
             lines: row.lines,
             index: LineIndex::decode(&row.line_index),
+            inline: row.inline_data.clone().map(Bytes::from),
         })
     }
 }
@@ -104,6 +106,9 @@ impl Source for BlobSource {
         Ok(self.index.for_line(line))
     }
     async fn read(&self, start: u64, end: u64) -> PageResult<Bytes> {
+        if let Some(data) = &self.inline {
+            return Ok(data.slice(start as usize..end as usize));
+        }
         src_err(self.blobs.get_range(&self.digest, start..end).await)
     }
 }

@@ -140,7 +140,8 @@ async fn namespaces_are_isolated_but_storage_is_shared() {
     let srv = TestServer::start().await;
     let a = srv.client();
     let b = srv.client_for("ns-b", ALL).await;
-    let data = Bytes::from_static(b"secret incident log\n");
+    // Over the inline limit, so the one stored copy is a file.
+    let data = Bytes::from("secret incident log\n".repeat(1000));
     let rec = a.put(data.clone(), &UploadOptions::default()).await.unwrap();
     let d = rec.digest.to_string();
     // B sees nothing: HEAD, GET, read, grep, pin, delete are all 404.
@@ -294,5 +295,31 @@ async fn pins_deletes_and_refs_listing() {
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     c.delete(&d).await.unwrap();
     assert_eq!(c.head(&d).await.unwrap(), None);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn small_blobs_inline_and_large_ones_as_objects() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    let limit = spillway_server::blobs::INLINE_MAX;
+    for (size, inline) in [(0, true), (limit, true), (limit + 1, false)] {
+        let data = Bytes::from((0..size).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+        let rec = c.put(data.clone(), &UploadOptions::default()).await.unwrap();
+        let row = srv.state.db.blob_row(&rec.digest.hex()).await.unwrap().unwrap();
+        assert_eq!(row.inline_data.is_some(), inline, "{size} bytes");
+        assert_eq!(srv.state.blobs.exists(&rec.digest).await.unwrap(), !inline, "{size} bytes");
+        let got = c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap();
+        assert_eq!(got, data);
+        let r = c
+            .request(Method::GET, &format!("/v1/blobs/{}", rec.digest))
+            .header(header::RANGE, "bytes=-3")
+            .send()
+            .await
+            .unwrap();
+        if size > 0 {
+            assert_eq!(r.bytes().await.unwrap(), data.slice(size - 3..));
+        }
+    }
     srv.stop().await;
 }
