@@ -49,7 +49,9 @@ out="$work/results.jsonl"
 : > "$out"
 pair() { # label, concurrency, op args...
   local label=$1 c=$2; shift 2
+  sync # each run starts with no dirty pages left by the one before
   $S --concurrency "$c" --label "spillway $label" "$@" | tee -a "$out"
+  sync
   $N --concurrency "$c" --label "nginx $label" "$@" | tee -a "$out"
 }
 n1=200; n16=24; n4=5000; secs=10; gets=20

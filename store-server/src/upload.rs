@@ -111,7 +111,9 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
     };
     let give_up = tokio::time::Instant::now() + DELETING_WAIT;
     // New content (the common case) goes straight to publication: one write, not two.
-    let mut step = match state.db.blob_state(&hex).await?.as_deref() {
+    // Inline blobs cost nothing to publish, so they skip the look first.
+    let look = if staged.inline().is_some() { None } else { state.db.blob_state(&hex).await? };
+    let mut step = match look.as_deref() {
         None => AddRef::Absent,
         Some("deleting") => AddRef::Deleting,
         Some(_) => state.db.add_ref_if_live(&new_ref, now).await?,

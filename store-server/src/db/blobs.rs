@@ -217,10 +217,9 @@ impl Db {
         let (b, r) = (b.clone(), r.clone());
         self.write(move |c| {
             Box::pin(async move {
-                let n = sqlx::query(
+                let fresh = sqlx::query(
                     "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, inline_data, state) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, 'live') \
-                     ON CONFLICT (digest) DO UPDATE SET unreferenced_since = NULL WHERE blobs.state = 'live'",
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, 'live') ON CONFLICT (digest) DO NOTHING",
                 )
                 .bind(&b.digest)
                 .bind(&b.sha256)
@@ -231,11 +230,23 @@ impl Db {
                 .bind(b.inline_data.as_deref())
                 .execute(&mut *c)
                 .await?
-                .rows_affected();
-                if n == 0 {
-                    return Ok(None);
-                }
-                let deduplicated = holds(c, &r.namespace, &r.digest, now).await?;
+                .rows_affected()
+                    == 1;
+                let deduplicated = if fresh {
+                    false // a new blob: no namespace held it
+                } else {
+                    // Someone stored it meanwhile: keep it alive, unless retention is deleting it.
+                    let kept =
+                        sqlx::query("UPDATE blobs SET unreferenced_since = NULL WHERE digest = $1 AND state = 'live'")
+                            .bind(&b.digest)
+                            .execute(&mut *c)
+                            .await?
+                            .rows_affected();
+                    if kept == 0 {
+                        return Ok(None);
+                    }
+                    holds(c, &r.namespace, &r.digest, now).await?
+                };
                 insert_ref(c, &r, now).await?;
                 Ok(Some(deduplicated))
             })

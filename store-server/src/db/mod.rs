@@ -116,6 +116,8 @@ impl Db {
         let (reply, answer) = oneshot::channel::<Result<T, sqlx::Error>>();
         let job: Job = Box::new(move |conn| {
             Box::pin(async move {
+                // Savepoints stack up and are all released by the batch's COMMIT; a failing
+                // write rolls back to its own (the most recent of that name) and no further.
                 let result = match conn.execute("SAVEPOINT op").await {
                     Err(e) => Err(e),
                     Ok(_) => {
@@ -123,7 +125,6 @@ impl Db {
                         if r.is_err() {
                             let _ = conn.execute("ROLLBACK TO SAVEPOINT op").await;
                         }
-                        let _ = conn.execute("RELEASE SAVEPOINT op").await;
                         r
                     }
                 };

@@ -275,3 +275,44 @@ pub(super) async fn delete_blob(
     state.visibility.forget(&caller.namespace, &row.digest);
     Ok(StatusCode::NO_CONTENT)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn range(h: &str, size: u64) -> ApiResult<Option<std::ops::Range<u64>>> {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::RANGE, HeaderValue::from_str(h).unwrap());
+        parse_range(&headers, size)
+    }
+
+    proptest! {
+        #[test]
+        fn satisfiable_ranges_stay_inside(size in 1u64..10_000, a in 0u64..12_000, len in 0u64..12_000) {
+            let b = a + len;
+            match range(&format!("bytes={a}-{b}"), size) {
+                Ok(Some(r)) => prop_assert!(r.start == a && r.end == (b + 1).min(size) && r.start < r.end),
+                Ok(None) => prop_assert!(false, "a single range is honoured"),
+                Err(ApiError::RangeNotSatisfiable { size: Some(s), .. }) => prop_assert!(a >= size && s == size),
+                Err(e) => prop_assert!(false, "unexpected {e}"),
+            }
+            match range(&format!("bytes=-{}", len + 1), size) {
+                Ok(Some(r)) => prop_assert!(r.end == size && r.end - r.start == (len + 1).min(size)),
+                other => prop_assert!(false, "suffix range: {other:?}"),
+            }
+        }
+
+        #[test]
+        fn garbage_is_an_error_never_a_panic(h in "[ -~]{0,40}") {
+            let _ = range(&h, 1000);
+        }
+    }
+
+    #[test]
+    fn malformed_is_400_and_several_ranges_mean_the_whole_blob() {
+        assert!(matches!(range("bytes=x-", 10), Err(ApiError::InvalidArgument(_))));
+        assert!(matches!(range("items=0-1", 10), Err(ApiError::InvalidArgument(_))));
+        assert_eq!(range("bytes=0-1,4-5", 10).unwrap(), None);
+    }
+}
