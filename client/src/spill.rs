@@ -119,11 +119,14 @@ struct LocalWriter {
     tmp: PathBuf,
     file: Option<std::fs::File>,
     buf: Vec<u8>,
-    pending: Option<tokio::task::JoinHandle<std::io::Result<(std::fs::File, Vec<u8>)>>>,
+    pending: Option<PendingWrite>,
     hasher: blake3::Hasher,
 }
 
 const LOCAL_BUFFER: usize = 1 << 20;
+
+/// The write in flight: it hands the file back when done.
+type PendingWrite = tokio::task::JoinHandle<std::io::Result<(std::fs::File, Vec<u8>)>>;
 
 impl LocalWriter {
     async fn wait_pending(&mut self) -> Result<()> {
