@@ -148,7 +148,8 @@ fn marker(bytes: u64, lines: u64) -> String {
 
 /// Cuts a sample with a strategy under `cap` bytes.
 pub fn preview(sample: &Sample<'_>, cap: usize, strategy: Strategy) -> Result<Preview, Rejected> {
-    if sample.is_whole() {
+    // Replacing invalid UTF-8 never shortens text: only a sample within the cap can fit whole.
+    if sample.is_whole() && sample.head.len() <= cap {
         let (text, used) = text_within(sample.head, usize::MAX);
         if text.len() <= cap && used == sample.head.len() {
             if let Strategy::NumberedLines { first_line } = strategy {

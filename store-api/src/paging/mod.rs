@@ -179,6 +179,28 @@ async fn line_start(src: &dyn Source, line: u64) -> PageResult<u64> {
     Ok(pos)
 }
 
+/// Where `line` starts and up to [`READ_CAP`] bytes from there. One read serves both the
+/// search from the checkpoint (at most a span away) and the page, so line 1,000,000 costs
+/// about what line 1 does.
+async fn locate_page(src: &dyn Source, line: u64) -> PageResult<(u64, Bytes)> {
+    let size = src.size();
+    let cp = src.checkpoint_for_line(line).await?;
+    let skip = line - 1 - cp.newlines;
+    let span = if skip == 0 { 0 } else { lines::CHECKPOINT_EVERY };
+    let first_end = size.min(cp.offset + span + READ_CAP as u64);
+    let buf = src.read(cp.offset, first_end).await?;
+    let found =
+        if skip == 0 { Some(0) } else { memchr::memchr_iter(b'\n', &buf).nth((skip - 1) as usize).map(|i| i + 1) };
+    if let Some(i) = found {
+        let available = buf.len() - i;
+        if available >= READ_CAP || first_end == size {
+            return Ok((cp.offset + i as u64, buf.slice(i..i + available.min(READ_CAP))));
+        }
+    }
+    let start = line_start(src, line).await?;
+    Ok((start, src.read(start, size.min(start + READ_CAP as u64)).await?))
+}
+
 /// A line page: whole lines from `line`, at most `lines` of them and [`READ_CAP`] bytes.
 pub async fn line_page(src: &dyn Source, line: u64, lines: u64) -> PageResult<ReadPage> {
     let total_lines = src.total_lines();
@@ -189,9 +211,8 @@ pub async fn line_page(src: &dyn Source, line: u64, lines: u64) -> PageResult<Re
     if line > total_lines + 1 {
         return Err(past_end(format!("line {line} is past the end ({total_lines} lines)"), size));
     }
-    let start = line_start(src, line).await?;
-    let end = size.min(start + READ_CAP as u64);
-    let window = src.read(start, end).await?;
+    let (start, window) = locate_page(src, line).await?;
+    let end = start + window.len() as u64;
     let mut taken = 0u64;
     let mut len = 0usize;
     for i in memchr::memchr_iter(b'\n', &window) {
