@@ -115,14 +115,18 @@ pub async fn supervise(client: &StoreClient, id: &str, mut cmd: Command) -> Resu
     Ok(TaskEnd { exit_code: status.code(), capped, digest: Some(rec.digest.to_string()) })
 }
 
-/// Copies a stream's content to `out` as it grows (`follow`) or as it is now.
+/// Writes a stream's pages to `out` as JSON lines (the server's read page, at most 100,000
+/// bytes of content each): what is there now, or with `follow` everything until the stream ends.
 pub async fn tail<W: std::io::Write>(client: &StoreClient, id: &str, follow: bool, out: &mut W) -> Result<()> {
     let mut offset = 0u64;
     loop {
         let wait = follow.then_some(spillway_api::MAX_WAIT_MS);
         let page = client.read_stream(id, ReadRequest::Bytes { offset, limit: None }, wait).await?;
-        out.write_all(page.content.as_bytes())?;
-        out.flush()?;
+        if page.length > 0 || offset == 0 {
+            serde_json::to_writer(&mut *out, &page).map_err(|e| ClientError::Other(e.to_string()))?;
+            writeln!(out)?;
+            out.flush()?;
+        }
         offset += page.length;
         if page.eof {
             if !follow {

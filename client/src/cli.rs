@@ -117,7 +117,7 @@ enum Cmd {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
     },
-    /// Print a background task's output; with -f, follow it until it ends.
+    /// Print a background task's output as JSON pages; with -f, follow it until it ends.
     Tail {
         /// Follow.
         #[arg(short, long)]

@@ -249,8 +249,15 @@ async fn background_task_is_capped_killed_and_sealed() {
     // tail -f follows until the task is capped, killed and sealed.
     let out = tokio::time::timeout(Duration::from_secs(30), r.run(&["tail", "-f", &id], None)).await.unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.stdout.len(), 200_000);
-    assert!(out.stdout.starts_with(b"started\nspill\n"));
+    // JSON lines, one capped page each, that concatenate to the task's output.
+    let mut text = String::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let page: Value = serde_json::from_str(line).unwrap();
+        assert!(page["content"].as_str().unwrap().len() <= 100_000);
+        text.push_str(page["content"].as_str().unwrap());
+    }
+    assert_eq!(text.len(), 200_000);
+    assert!(text.starts_with("started\nspill\n"));
     let c = spillway_client::StoreClient::new(&srv.url, &srv.token);
     let info = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
