@@ -5,7 +5,7 @@
 use spillway_api::Receipt;
 
 use crate::spill::Location;
-use crate::truncate::Preview;
+use crate::truncate::{thousands, Preview};
 
 /// How the full output fared.
 #[derive(Debug, Clone)]
@@ -16,18 +16,6 @@ pub enum Saved {
     At(Location),
     /// Could not be stored (the reason is for people).
     Failed(String),
-}
-
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Builds the receipt of one output.

@@ -130,7 +130,8 @@ fn tail_cut(data: &[u8], budget: usize) -> usize {
     }
 }
 
-fn thousands(n: u64) -> String {
+/// `1234567` → `"1,234,567"`, for messages people read.
+pub(crate) fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {

@@ -59,6 +59,19 @@ fn noisy(n: u32) -> Vec<String> {
     vec!["sh".into(), "-c".into(), format!("seq 1 {n}; echo 'error: the build failed' >&2; exit 3")]
 }
 
+/// A store that accepts connections and never answers; returns its URL.
+fn silent_listener() -> String {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming() {
+            held.push(s);
+        }
+    });
+    url
+}
+
 fn seq_text(n: u32) -> String {
     (1..=n).map(|i| format!("{i}\n")).collect()
 }
@@ -219,14 +232,7 @@ async fn fallback_closed_port_and_silent_store() {
     let hint = out["hint"].as_str().unwrap();
     assert!(hint.contains("NOT saved") && hint.contains("cannot be retrieved") && hint.contains("run it again"));
     // A listener that accepts and never answers: at most ~3 s beyond the command's run.
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let silent_url = format!("http://{}", silent.local_addr().unwrap());
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for s in silent.incoming() {
-            held.push(s);
-        }
-    });
+    let silent_url = silent_listener();
     let r = Run { url: Some(silent_url), token: Some("t".into()), cwd: dir.path().to_path_buf() };
     let start = Instant::now();
     let v =
@@ -317,14 +323,7 @@ async fn other_namespaces_spills_stay_invisible() {
 #[tokio::test]
 async fn gate_never_blocks_past_its_deadline() {
     use spillway_client::gate::{Gate, TurnResult};
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", silent.local_addr().unwrap());
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for s in silent.incoming() {
-            held.push(s);
-        }
-    });
+    let url = silent_listener();
     let target =
         std::sync::Arc::new(spillway_client::spill::RemoteStore::new(spillway_client::StoreClient::new(url, "t")));
     let gate = Gate::new(target);
