@@ -156,3 +156,21 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::response::IntoResponse;
+
+    use super::*;
+
+    #[test]
+    fn storage_errors_map_to_the_contract() {
+        let full = ApiError::from(BlobError::from(std::io::Error::from(std::io::ErrorKind::StorageFull)));
+        assert_eq!(full.into_response().status(), 507);
+        let quota = ApiError::from(BlobError::from(std::io::Error::from(std::io::ErrorKind::QuotaExceeded)));
+        assert_eq!(quota.into_response().status(), 507);
+        let down = ApiError::from(BlobError::Storage("connection refused".into()));
+        assert_eq!(down.into_response().status(), 503);
+        assert_eq!(ApiError::from(BlobError::TooLarge(10)).into_response().status(), 413);
+    }
+}

@@ -58,3 +58,19 @@ async fn first_start_writes_a_private_token() {
     assert_eq!(row.scopes.len(), 3);
     assert!(spillway_server::ensure_first_token(&state).await.unwrap().is_none(), "only the first start");
 }
+
+#[tokio::test]
+async fn backend_down_is_503_unavailable() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    c.list_refs(&[], None, None).await.unwrap(); // the token is now known
+    srv.state.db.close().await;
+    let http = reqwest::Client::new();
+    let r = http.get(format!("{}/readyz", srv.url)).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unavailable");
+    let err = c.list_refs(&[], None, None).await.unwrap_err();
+    assert_eq!(api_code(&err), (503, "unavailable".into()));
+    assert_eq!(http.get(format!("{}/healthz", srv.url)).send().await.unwrap().status(), 200, "the process is up");
+}
