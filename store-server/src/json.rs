@@ -15,6 +15,18 @@ fn needs_escape(w: u64) -> bool {
     below_space | has_zero(w ^ (LO * b'"' as u64)) | has_zero(w ^ (LO * b'\\' as u64)) != 0
 }
 
+fn escape(c: u8) -> Option<&'static [u8]> {
+    Some(match c {
+        b'"' => b"\\\"",
+        b'\\' => b"\\\\",
+        b'\n' => b"\\n",
+        b'\r' => b"\\r",
+        b'\t' => b"\\t",
+        0..=0x1f => b"",
+        _ => return None,
+    })
+}
+
 /// Appends `s` as a JSON string (quotes included).
 pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
     let b = s.as_bytes();
@@ -22,31 +34,28 @@ pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let mut run = 0;
     let mut i = 0;
-    while i < b.len() {
-        if i + 8 <= b.len() && !needs_escape(u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default())) {
-            i += 8;
-            continue;
-        }
-        let c = b[i];
-        let esc: Option<&[u8]> = match c {
-            b'"' => Some(b"\\\""),
-            b'\\' => Some(b"\\\\"),
-            b'\n' => Some(b"\\n"),
-            b'\r' => Some(b"\\r"),
-            b'\t' => Some(b"\\t"),
-            0..=0x1f => None,
-            _ => {
-                i += 1;
-                continue;
+    let mut one = |j: usize, run: &mut usize, out: &mut Vec<u8>| {
+        if let Some(e) = escape(b[j]) {
+            out.extend_from_slice(&b[*run..j]);
+            if e.is_empty() {
+                out.extend_from_slice(format!("\\u{:04x}", b[j]).as_bytes());
+            } else {
+                out.extend_from_slice(e);
             }
-        };
-        out.extend_from_slice(&b[run..i]);
-        match esc {
-            Some(e) => out.extend_from_slice(e),
-            None => out.extend_from_slice(format!("\\u{c:04x}").as_bytes()),
+            *run = j + 1;
         }
-        i += 1;
-        run = i;
+    };
+    while i + 8 <= b.len() {
+        let word = u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        if needs_escape(word) {
+            for j in i..i + 8 {
+                one(j, &mut run, out);
+            }
+        }
+        i += 8;
+    }
+    for j in i..b.len() {
+        one(j, &mut run, out);
     }
     out.extend_from_slice(&b[run..]);
     out.push(b'"');

@@ -61,7 +61,10 @@ fn default_start_writes_a_token_and_serves() {
         out
     };
     assert!(ask("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".into()).starts_with("HTTP/1.1 200"));
-    let refs = ask(format!("GET /v1/refs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n", token.trim()));
+    let refs = ask(format!(
+        "GET /v1/refs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+        token.trim()
+    ));
     assert!(refs.starts_with("HTTP/1.1 200"), "{refs}");
     child.kill().unwrap();
     child.wait().unwrap();
