@@ -34,7 +34,7 @@ pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let mut run = 0;
     let mut i = 0;
-    let mut one = |j: usize, run: &mut usize, out: &mut Vec<u8>| {
+    let one = |j: usize, run: &mut usize, out: &mut Vec<u8>| {
         if let Some(e) = escape(b[j]) {
             out.extend_from_slice(&b[*run..j]);
             if e.is_empty() {
