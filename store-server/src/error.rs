@@ -138,7 +138,12 @@ impl From<PageError> for ApiError {
             PageError::RangeNotSatisfiable { message, size } => Self::RangeNotSatisfiable { message, size: Some(size) },
             PageError::Source(inner) => match inner.downcast::<ApiError>() {
                 Ok(api) => *api,
-                Err(other) => Self::internal(other),
+                // Not the source's own error: the data moved under the read (a stream sealed
+                // meanwhile). Asking again sees the new state.
+                Err(other) => {
+                    tracing::warn!(cause = %other, "read raced a change");
+                    Self::Unavailable("the data changed while it was read; retry".into())
+                }
             },
         }
     }

@@ -103,6 +103,17 @@ fn char_width(lead: u8) -> usize {
     }
 }
 
+/// `src.read`, checked: a source that hands back fewer bytes than asked (a stream sealed
+/// while it is read, say) is an error, never a cut in the wrong place.
+async fn read_checked(src: &dyn Source, start: u64, end: u64) -> PageResult<Bytes> {
+    let buf = src.read(start, end).await?;
+    if buf.len() as u64 != end - start {
+        let msg = format!("short read: {} of {} bytes at {start}", buf.len(), end - start);
+        return Err(PageError::Source(msg.into()));
+    }
+    Ok(buf)
+}
+
 fn newlines(data: &[u8]) -> u64 {
     memchr::memchr_iter(b'\n', data).count() as u64
 }
@@ -121,7 +132,7 @@ pub async fn byte_page(src: &dyn Source, offset: u64, limit: u64) -> PageResult<
     let end = size.min(offset.saturating_add(want));
     let cp = src.checkpoint_for_offset(offset).await?;
     // Three bytes past the end tell whether the last character is whole.
-    let buf = src.read(cp.offset, size.min(end + 3)).await?;
+    let buf = read_checked(src, cp.offset, size.min(end + 3)).await?;
     let (pre, ahead) = buf.split_at((offset - cp.offset) as usize);
     let raw = &ahead[..(end - offset) as usize];
     let raw = match utf8_cut(raw) {
@@ -160,7 +171,7 @@ async fn line_start(src: &dyn Source, line: u64) -> PageResult<u64> {
     let mut skip = line - 1 - cp.newlines;
     let mut pos = cp.offset;
     while skip > 0 && pos < size {
-        let buf = src.read(pos, size.min(pos + LINE_WINDOW)).await?;
+        let buf = read_checked(src, pos, size.min(pos + LINE_WINDOW)).await?;
         let mut found = None;
         for (n, i) in memchr::memchr_iter(b'\n', &buf).enumerate() {
             if n as u64 + 1 == skip {
@@ -188,7 +199,7 @@ async fn locate_page(src: &dyn Source, line: u64) -> PageResult<(u64, Bytes)> {
     let skip = line - 1 - cp.newlines;
     let span = if skip == 0 { 0 } else { lines::CHECKPOINT_EVERY };
     let first_end = size.min(cp.offset + span + READ_CAP as u64);
-    let buf = src.read(cp.offset, first_end).await?;
+    let buf = read_checked(src, cp.offset, first_end).await?;
     let found =
         if skip == 0 { Some(0) } else { memchr::memchr_iter(b'\n', &buf).nth((skip - 1) as usize).map(|i| i + 1) };
     if let Some(i) = found {
@@ -198,7 +209,7 @@ async fn locate_page(src: &dyn Source, line: u64) -> PageResult<(u64, Bytes)> {
         }
     }
     let start = line_start(src, line).await?;
-    Ok((start, src.read(start, size.min(start + READ_CAP as u64)).await?))
+    Ok((start, read_checked(src, start, size.min(start + READ_CAP as u64)).await?))
 }
 
 /// A line page: whole lines from `line`, at most `lines` of them and [`READ_CAP`] bytes.
@@ -305,7 +316,7 @@ pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResp
             out.capped = true;
             return Ok(out);
         }
-        let buf = src.read(pos, size.min(pos + WINDOW)).await?;
+        let buf = read_checked(src, pos, size.min(pos + WINDOW)).await?;
         let at_eof = pos + buf.len() as u64 == size;
         let usable = if at_eof { buf.len() } else { memchr::memrchr(b'\n', &buf).map_or(buf.len(), |i| i + 1) };
         let hay = &buf[..usable];
