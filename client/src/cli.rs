@@ -218,11 +218,19 @@ async fn dispatch(cli: &Cli) -> Result<ExitCode> {
                 let mut reader = reader;
                 reader.read_to_end(&mut data).await?;
                 let mut d = crate::spill::Deadline::new(std::time::Duration::from_secs(3600));
+                let sha256 = spillway_api::Sha256Digest::from_bytes(sha2::Sha256::digest(&data).into());
+                let (size, lines) = (data.len() as u64, spillway_api::count_lines(&data));
+                let path = LocalDir::new(dir).path_of(&spillway_api::Digest::of(&data));
+                let existed = path.exists();
                 let loc = LocalDir::new(dir).save(data.into(), &opts.labels, &mut d).await?;
                 let crate::spill::Location::File { path, digest } = loc else {
-                    unreachable!("a local dir saves files")
+                    return Err(ClientError::Other("a local directory saves files".into()));
                 };
-                print_json(&serde_json::json!({ "file_path": path, "digest": digest }))?;
+                // The blob record, plus where the file is.
+                print_json(&serde_json::json!({
+                    "digest": digest, "sha256": sha256.to_string(), "size": size, "lines": lines,
+                    "deduplicated": existed, "expires_at": null, "file_path": path,
+                }))?;
             } else {
                 let body = tokio_util::io::ReaderStream::with_capacity(reader, 256 * 1024);
                 print_json(&cli.store()?.put_stream(body, &opts).await?)?;

@@ -114,6 +114,13 @@ async fn exec_local_spills_and_reads_back() {
     let got = r.run(&["--local", ".outputs", "get", digest], None).await;
     assert!(got.status.success());
     assert!(got.stdout == expected.as_bytes(), "get returns the exact output");
+    // put --local answers a blob record (and the file).
+    let rec = r.json(&["--local", ".outputs", "put", "-"], Some(b"one\ntwo")).await;
+    assert_eq!((rec["size"].as_u64(), rec["lines"].as_u64()), (Some(7), Some(2)));
+    assert!(rec["sha256"].as_str().unwrap().starts_with("sha256:"));
+    let page = r.json(&["--local", ".outputs", "read", rec["digest"].as_str().unwrap()], None).await;
+    assert_eq!(page["content"], "one\ntwo");
+    std::fs::remove_file(rec["file_path"].as_str().unwrap()).unwrap();
     // Same content, same name: running it again changes nothing.
     let v2 = r.json(&args, None).await;
     assert_eq!(v2["stdout"]["file_path"], out["file_path"]);

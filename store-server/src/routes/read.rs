@@ -42,13 +42,26 @@ pub(super) struct ReadQuery {
 
 impl ReadQuery {
     /// The byte position a long-poll waits to be passed.
-    pub(super) fn wants_after(&self) -> Option<u64> {
-        self.line.is_none().then(|| self.offset.unwrap_or(0))
+    /// The position a long-poll waits for data at: a byte offset, or a 1-based line.
+    pub(super) fn wants_after(&self) -> Position {
+        match self.line.or(self.lines.map(|_| 1)) {
+            Some(line) => Position::Line(line),
+            None => Position::Byte(self.offset.unwrap_or(0)),
+        }
     }
 
     pub(super) fn wait_ms(&self) -> Option<u64> {
         self.wait_ms
     }
+}
+
+/// Where a read starts.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Position {
+    /// A byte offset.
+    Byte(u64),
+    /// A 1-based line.
+    Line(u64),
 }
 
 /// Runs a read over any source.

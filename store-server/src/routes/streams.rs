@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use spillway_api::{AppendResponse, BlobRecord, Labels, ReadPage, StreamCreated, StreamInfo, StreamState, MAX_WAIT_MS};
 
-use super::read::{page_of, BlobSource, ReadQuery};
+use super::read::{page_of, BlobSource, Position, ReadQuery};
 use super::{RefOptions, Q};
 use crate::auth::{Caller, Scope};
 use crate::db::{AppendOutcome, Db, StreamRow};
@@ -150,10 +150,11 @@ impl Source for StreamSource {
     }
 }
 
+/// True when the stream holds something at or past where the read starts.
 fn has_data_for(row: &StreamRow, q: &ReadQuery) -> bool {
     match q.wants_after() {
-        Some(offset) => offset < row.size,
-        None => true,
+        Position::Byte(offset) => offset < row.size,
+        Position::Line(line) => line <= row.lines(),
     }
 }
 

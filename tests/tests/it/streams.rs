@@ -89,6 +89,18 @@ async fn long_poll_wakes_on_append() {
     let start = Instant::now();
     let p = c.read_stream(&s.id, ReadRequest::Bytes { offset: 5, limit: None }, Some(300)).await.unwrap();
     assert!(p.content.is_empty() && start.elapsed() >= Duration::from_millis(250));
+    // By line: waiting for line 2, woken when it is written.
+    let writer = srv.client();
+    let id = s.id.clone();
+    let t = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        writer.append(&id, 5, Bytes::from_static(b"tock\n")).await.unwrap();
+    });
+    let start = Instant::now();
+    let p = c.read_stream(&s.id, ReadRequest::Lines { line: 2, lines: None }, Some(10_000)).await.unwrap();
+    assert_eq!(p.content, "tock\n");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    t.await.unwrap();
     let r = c.request(Method::GET, &format!("/v1/streams/{}/read?wait_ms=30001", s.id)).send().await.unwrap();
     assert_eq!(r.status(), 400);
     srv.stop().await;
