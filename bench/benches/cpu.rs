@@ -6,39 +6,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
-use spillway_api::paging::lines::{Checkpoint, LineIndex, LineIndexBuilder};
-use spillway_api::paging::{self, PageResult, Source};
+use spillway_api::paging::{self, MemorySource};
 use spillway_client::gate::{Gate, TurnResult};
 use spillway_client::spill::{Deadline, Location, SpillTarget, SpillWriter};
 use spillway_client::truncate::{self, Sample, Strategy};
-
-struct Mem {
-    data: Bytes,
-    index: LineIndex,
-    lines: u64,
-}
-
-#[async_trait]
-impl Source for Mem {
-    fn size(&self) -> u64 {
-        self.data.len() as u64
-    }
-    fn total_lines(&self) -> u64 {
-        self.lines
-    }
-    fn digest(&self) -> Option<String> {
-        None
-    }
-    async fn checkpoint_for_offset(&self, o: u64) -> PageResult<Checkpoint> {
-        Ok(self.index.for_offset(o))
-    }
-    async fn checkpoint_for_line(&self, l: u64) -> PageResult<Checkpoint> {
-        Ok(self.index.for_line(l))
-    }
-    async fn read(&self, s: u64, e: u64) -> PageResult<Bytes> {
-        Ok(self.data.slice(s as usize..e as usize))
-    }
-}
 
 /// A spill target that stores nothing: the gate's own work, without its I/O.
 #[derive(Debug)]
@@ -57,10 +28,7 @@ impl SpillTarget for Null {
 fn benches(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let text: String = (1..=1_000_000).map(|i| format!("log line {i:>9} status=ok\n")).collect();
-    let mut b = LineIndexBuilder::default();
-    b.update(text.as_bytes());
-    let lines = b.lines();
-    let src = Mem { data: Bytes::from(text.clone()), index: b.finish(), lines };
+    let src = MemorySource::new(Bytes::from(text.clone()));
     c.bench_function("line_page_at_1", |bn| bn.iter(|| rt.block_on(paging::line_page(&src, 1, 100)).unwrap()));
     c.bench_function("line_page_at_999000", |bn| {
         bn.iter(|| rt.block_on(paging::line_page(&src, 999_000, 100)).unwrap())

@@ -355,46 +355,57 @@ pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResp
     Ok(out)
 }
 
+/// An output held in memory, paged with the same rules as a stored blob (a tool that has its
+/// whole output at hand can serve "read page N" itself).
+#[derive(Debug, Clone)]
+pub struct MemorySource {
+    data: Bytes,
+    index: lines::LineIndex,
+    lines: u64,
+}
+
+impl MemorySource {
+    /// Indexes `data` once.
+    pub fn new(data: Bytes) -> Self {
+        let mut b = lines::LineIndexBuilder::default();
+        b.update(&data);
+        let lines = b.lines();
+        Self { data, index: b.finish(), lines }
+    }
+}
+
+#[async_trait]
+impl Source for MemorySource {
+    fn size(&self) -> u64 {
+        self.data.len() as u64
+    }
+    fn total_lines(&self) -> u64 {
+        self.lines
+    }
+    fn digest(&self) -> Option<String> {
+        None
+    }
+    async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint> {
+        Ok(self.index.for_offset(offset))
+    }
+    async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint> {
+        Ok(self.index.for_line(line))
+    }
+    async fn read(&self, start: u64, end: u64) -> PageResult<Bytes> {
+        Ok(self.data.slice(start as usize..end as usize))
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::lines::{LineIndex, LineIndexBuilder};
     use super::*;
     use proptest::prelude::*;
 
-    struct Mem {
-        data: Vec<u8>,
-        idx: LineIndex,
-        lines: u64,
-    }
+    type Mem = MemorySource;
 
     impl Mem {
-        fn new(data: Vec<u8>) -> Self {
-            let mut b = LineIndexBuilder::default();
-            b.update(&data);
-            let lines = b.lines();
-            Self { data, idx: b.finish(), lines }
-        }
-    }
-
-    #[async_trait]
-    impl Source for Mem {
-        fn size(&self) -> u64 {
-            self.data.len() as u64
-        }
-        fn total_lines(&self) -> u64 {
-            self.lines
-        }
-        fn digest(&self) -> Option<String> {
-            None
-        }
-        async fn checkpoint_for_offset(&self, o: u64) -> PageResult<Checkpoint> {
-            Ok(self.idx.for_offset(o))
-        }
-        async fn checkpoint_for_line(&self, l: u64) -> PageResult<Checkpoint> {
-            Ok(self.idx.for_line(l))
-        }
-        async fn read(&self, s: u64, e: u64) -> PageResult<Bytes> {
-            Ok(Bytes::copy_from_slice(&self.data[s as usize..e as usize]))
+        fn new_vec(data: Vec<u8>) -> Self {
+            MemorySource::new(data.into())
         }
     }
 
@@ -412,7 +423,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
         fn byte_pages_concatenate(text in text_strategy(), limit in 1u64..300) {
-            let src = Mem::new(text.clone().into_bytes());
+            let src = Mem::new_vec(text.clone().into_bytes());
             let mut out = String::new();
             let mut off = 0;
             loop {
@@ -427,7 +438,7 @@ mod tests {
 
         #[test]
         fn line_pages_hold_whole_lines(text in text_strategy(), k in 1u64..20) {
-            let src = Mem::new(text.clone().into_bytes());
+            let src = Mem::new_vec(text.clone().into_bytes());
             let mut out = String::new();
             let mut line = 1;
             loop {
@@ -446,7 +457,7 @@ mod tests {
         let mut data = vec![b'x'; 250_000];
         data.push(b'\n');
         data.extend_from_slice(b"tail\n");
-        let src = Mem::new(data);
+        let src = Mem::new_vec(data);
         let p = block_on(line_page(&src, 1, 10)).unwrap();
         assert_eq!(p.length, READ_CAP as u64);
         assert_eq!(p.next_offset, Some(READ_CAP as u64));
@@ -460,7 +471,7 @@ mod tests {
     #[test]
     fn far_line_is_found() {
         let text: String = (1..=200_000).map(|i| format!("line {i}\n")).collect();
-        let src = Mem::new(text.into_bytes());
+        let src = Mem::new_vec(text.into_bytes());
         let p = block_on(line_page(&src, 199_999, 1)).unwrap();
         assert_eq!(p.content, "line 199999\n");
         let err = block_on(line_page(&src, 200_002, 1)).unwrap_err();
@@ -473,7 +484,7 @@ mod tests {
     fn grep_finds_lines_in_order_and_resumes() {
         let text: String =
             (1..=50_000).map(|i| format!("row {i} {}\n", if i % 1000 == 0 { "ERROR" } else { "ok" })).collect();
-        let src = Mem::new(text.into_bytes());
+        let src = Mem::new_vec(text.into_bytes());
         let re = Regex::new("ERROR").unwrap();
         let r = block_on(grep(&src, GrepRequest { regex: &re, from_line: 1, max_matches: 10 })).unwrap();
         let lines: Vec<u64> = r.matches.iter().map(|m| m.line).collect();
