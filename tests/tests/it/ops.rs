@@ -74,3 +74,26 @@ async fn backend_down_is_503_unavailable() {
     assert_eq!(api_code(&err), (503, "unavailable".into()));
     assert_eq!(http.get(format!("{}/healthz", srv.url)).send().await.unwrap().status(), 200, "the process is up");
 }
+
+#[tokio::test]
+async fn a_failing_write_spoils_only_itself() {
+    // Concurrent writes share SQLite group commits; a write that fails (here a duplicate key)
+    // must roll back alone and leave the others of its batch committed.
+    let srv = TestServer::start().await;
+    let hashes: Vec<String> = (0..40).map(|i| if i % 2 == 0 { "same".to_owned() } else { format!("h{i}") }).collect();
+    let writes = hashes.iter().map(|h| {
+        let db = srv.state.db.clone();
+        let h = h.clone();
+        async move { db.insert_token(&h, "ns-x", &["read".to_owned()], 0).await.is_ok() }
+    });
+    let results = futures::future::join_all(writes).await;
+    let same_ok = results.iter().zip(&hashes).filter(|(ok, h)| **ok && h.as_str() == "same").count();
+    assert_eq!(same_ok, 1, "exactly one of the duplicates is stored");
+    for (ok, h) in results.iter().zip(&hashes) {
+        if h != "same" {
+            assert!(ok, "{h} was stored");
+            assert!(srv.state.db.find_token(h).await.unwrap().is_some(), "{h} survived its batch");
+        }
+    }
+    srv.stop().await;
+}
