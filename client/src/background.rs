@@ -121,7 +121,17 @@ pub async fn tail<W: std::io::Write>(client: &StoreClient, id: &str, follow: boo
     let mut offset = 0u64;
     loop {
         let wait = follow.then_some(spillway_api::MAX_WAIT_MS);
-        let page = client.read_stream(id, ReadRequest::Bytes { offset, limit: None }, wait).await?;
+        let mut attempt = 0;
+        let page = loop {
+            match client.read_stream(id, ReadRequest::Bytes { offset, limit: None }, wait).await {
+                // "Unavailable" is the contract's "safe to retry".
+                Err(ClientError::Api { code: ErrorCode::Unavailable, .. }) if attempt < 5 => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+                }
+                other => break other?,
+            }
+        };
         if page.length > 0 || offset == 0 {
             serde_json::to_writer(&mut *out, &page).map_err(|e| ClientError::Other(e.to_string()))?;
             writeln!(out)?;

@@ -186,19 +186,30 @@ pub(super) async fn read_stream(
         row = find(&state, &caller, &id).await?;
     }
     if let Some(digest) = &row.digest {
-        // Sealed: the chunks became a blob.
-        let blob = state
-            .db
-            .visible_blob(&caller.namespace, digest, state.now())
-            .await?
-            .ok_or_else(|| ApiError::NotFound(format!("stream {id}")))?;
-        let src = BlobSource::new(&state, &blob)?;
-        let mut page = page_of(&src, &q).await?;
-        page.digest = Some(format!("blake3:{digest}"));
-        return Ok(PageJson(page));
+        return sealed_page(&state, &caller, &id, digest, &q).await;
     }
     let src = StreamSource { db: state.db.clone(), row };
-    Ok(PageJson(page_of(&src, &q).await?))
+    match page_of(&src, &q).await {
+        // Sealed while we read (its chunks went): the blob has the same bytes.
+        Err(ApiError::Unavailable(_)) => match find(&state, &caller, &id).await?.digest {
+            Some(digest) => sealed_page(&state, &caller, &id, &digest, &q).await,
+            None => Err(ApiError::Unavailable("the stream changed while it was read; retry".into())),
+        },
+        page => Ok(PageJson(page?)),
+    }
+}
+
+/// A read of a sealed stream: its chunks became a blob.
+async fn sealed_page(state: &AppState, caller: &Caller, id: &str, digest: &str, q: &ReadQuery) -> ApiResult<PageJson> {
+    let blob = state
+        .db
+        .visible_blob(&caller.namespace, digest, state.now())
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("stream {id}")))?;
+    let src = BlobSource::new(state, &blob)?;
+    let mut page = page_of(&src, q).await?;
+    page.digest = Some(format!("blake3:{digest}"));
+    Ok(PageJson(page))
 }
 
 /// `POST /v1/streams/{id}/seal`: the stream's content becomes a blob in the namespace.
