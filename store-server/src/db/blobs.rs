@@ -188,7 +188,7 @@ impl Db {
     /// References a blob that is already stored and live, keeping it from collection.
     pub async fn add_ref_if_live(&self, r: &NewRef, now: i64) -> Result<AddRef, sqlx::Error> {
         let r = r.clone();
-        self.write(move |c| {
+        self.write_prefix_safe(move |c| {
             Box::pin(async move {
                 let kept =
                     sqlx::query("UPDATE blobs SET unreferenced_since = NULL WHERE digest = $1 AND state = 'live'")
@@ -215,7 +215,7 @@ impl Db {
     /// `None` when a row in state `deleting` is in the way (retention is collecting it).
     pub async fn insert_blob_with_ref(&self, b: &BlobRow, r: &NewRef, now: i64) -> Result<Option<bool>, sqlx::Error> {
         let (b, r) = (b.clone(), r.clone());
-        self.write(move |c| {
+        self.write_prefix_safe(move |c| {
             Box::pin(async move {
                 let fresh = sqlx::query(
                     "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, inline_data, state) \

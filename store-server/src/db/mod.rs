@@ -107,6 +107,25 @@ impl Db {
         T: Send + 'static,
         F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, sqlx::Error>> + Send + 'static,
     {
+        self.write_with(true, op).await
+    }
+
+    /// Like [`Db::write`], for a write whose every prefix is harmless if a later statement of
+    /// it fails (a blob row with no reference yet is simply collected): on SQLite it skips
+    /// its savepoint, one statement fewer on the hot path of small uploads.
+    pub(crate) async fn write_prefix_safe<T, F>(&self, op: F) -> Result<T, sqlx::Error>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, sqlx::Error>> + Send + 'static,
+    {
+        self.write_with(false, op).await
+    }
+
+    async fn write_with<T, F>(&self, guarded: bool, op: F) -> Result<T, sqlx::Error>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, sqlx::Error>> + Send + 'static,
+    {
         let Some(group) = &self.group else {
             let mut tx = self.pool.begin().await?;
             let out = op(&mut tx).await?;
@@ -118,11 +137,12 @@ impl Db {
             Box::pin(async move {
                 // Savepoints stack up and are all released by the batch's COMMIT; a failing
                 // write rolls back to its own (the most recent of that name) and no further.
-                let result = match conn.execute("SAVEPOINT op").await {
+                let saved = if guarded { conn.execute("SAVEPOINT op").await.map(|_| ()) } else { Ok(()) };
+                let result = match saved {
                     Err(e) => Err(e),
-                    Ok(_) => {
+                    Ok(()) => {
                         let r = op(&mut *conn).await;
-                        if r.is_err() {
+                        if r.is_err() && guarded {
                             let _ = conn.execute("ROLLBACK TO SAVEPOINT op").await;
                         }
                         r
