@@ -36,18 +36,19 @@ pub struct TaskEnd {
 /// Appends with retries: a retried append at the same offset is a no-op on the server.
 async fn append_retrying(client: &StoreClient, id: &str, offset: u64, data: Bytes) -> Result<u64> {
     let mut wait = Duration::from_millis(100);
-    for attempt in 0.. {
+    let mut attempt = 0;
+    loop {
         match client.append(id, offset, data.clone()).await {
             Ok(r) => return Ok(r.size),
             Err(e @ ClientError::Api { .. }) => return Err(e),
             Err(e) if attempt >= 5 => return Err(e),
             Err(_) => {
+                attempt += 1;
                 tokio::time::sleep(wait).await;
                 wait *= 2;
             }
         }
     }
-    unreachable!()
 }
 
 fn kill_group(pgid: i32, sig: i32) {

@@ -81,20 +81,15 @@ where
 
 fn check(expected: Option<AnyDigest>, staged: &Staged) -> ApiResult<()> {
     let sha = spillway_api::Sha256Digest::from_bytes(staged.sha256);
-    let ok = match expected {
-        None => true,
-        Some(AnyDigest::Blake3(d)) => d == staged.digest,
-        Some(AnyDigest::Sha256(s)) => s == sha,
+    let mismatch = match expected {
+        Some(AnyDigest::Blake3(d)) if d != staged.digest => Some((d.to_string(), staged.digest.to_string())),
+        Some(AnyDigest::Sha256(s)) if s != sha => Some((s.to_string(), sha.to_string())),
+        _ => None,
     };
-    if ok {
-        return Ok(());
+    match mismatch {
+        Some((expected, actual)) => Err(ApiError::DigestMismatch { expected, actual }),
+        None => Ok(()),
     }
-    let (expected, actual) = match expected {
-        Some(AnyDigest::Sha256(s)) => (s.to_string(), sha.to_string()),
-        Some(e) => (e.to_string(), staged.digest.to_string()),
-        None => unreachable!("no expectation always matches"),
-    };
-    Err(ApiError::DigestMismatch { expected, actual })
 }
 
 async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, staged: &Staged) -> ApiResult<Stored> {
