@@ -46,20 +46,53 @@ pub struct StreamWaiters {
 }
 
 impl StreamWaiters {
-    /// The notifier of a stream (created on first use).
-    pub fn get(&self, id: &str) -> Arc<Notify> {
+    /// The notifier of a stream, registered until the returned guard is dropped.
+    pub fn get(self: &Arc<Self>, id: &str) -> Waiter {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.entry(id.to_owned()).or_default().clone()
+        let notify = map.entry(id.to_owned()).or_default().clone();
+        Waiter { waiters: self.clone(), id: id.to_owned(), notify }
     }
 
-    /// Wakes readers of `id` and forgets the notifier when nobody else holds it.
+    /// Wakes readers of `id`.
     pub fn wake(&self, id: &str) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(n) = map.get(id) {
             n.notify_waiters();
-            if Arc::strong_count(n) == 1 {
-                map.remove(id);
-            }
+        }
+    }
+
+    /// Streams with readers waiting (for tests: the map must not grow without bound).
+    pub fn len(&self) -> usize {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// True when no reader waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A reader's registration; the last one of a stream to go removes the stream's notifier.
+#[derive(Debug)]
+pub struct Waiter {
+    waiters: Arc<StreamWaiters>,
+    id: String,
+    notify: Arc<Notify>,
+}
+
+impl std::ops::Deref for Waiter {
+    type Target = Notify;
+    fn deref(&self) -> &Notify {
+        &self.notify
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut map = self.waiters.map.lock().unwrap_or_else(|e| e.into_inner());
+        // Held by the map and by this guard only: nobody else waits.
+        if map.get(&self.id).is_some_and(|n| Arc::ptr_eq(n, &self.notify) && Arc::strong_count(n) == 2) {
+            map.remove(&self.id);
         }
     }
 }

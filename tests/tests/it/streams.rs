@@ -101,6 +101,7 @@ async fn long_poll_wakes_on_append() {
     assert_eq!(p.content, "tock\n");
     assert!(start.elapsed() < Duration::from_secs(5));
     t.await.unwrap();
+    assert!(srv.state.stream_waiters.is_empty(), "finished long-polls leave nothing registered");
     let r = c.request(Method::GET, &format!("/v1/streams/{}/read?wait_ms=30001", s.id)).send().await.unwrap();
     assert_eq!(r.status(), 400);
     srv.stop().await;
