@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use spillway_api::ErrorCode;
+use spillway_api::{ErrorCode, SealRequest};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::mpsc;
@@ -33,6 +33,49 @@ pub struct TaskEnd {
     pub digest: Option<String>,
 }
 
+/// What the supervisor prints on stdout once it is ready: its signal handlers are installed
+/// and the task runs (or failed to start and its stream is sealed).
+pub const READY_LINE: &str = "spillway-supervisor-ready";
+
+/// Starts `spillway supervise` for stream `id` as a detached process in its own group, so
+/// the task outlives the caller, and waits until it is ready; returns the supervisor's pid
+/// (`kill PID` stops the task, and the stream still records how it ended).
+pub async fn spawn_supervisor(client: &StoreClient, id: &str, timeout: Option<f64>, cmd: &[String]) -> Result<u32> {
+    use tokio::io::AsyncBufReadExt;
+    let mut sup = Command::new(std::env::current_exe()?);
+    sup.arg("supervise").arg("--stream").arg(id);
+    if let Some(t) = timeout {
+        sup.arg("--timeout").arg(t.to_string());
+    }
+    sup.arg("--").args(cmd);
+    sup.env("SPILLWAY_URL", client.base_url()).env("SPILLWAY_TOKEN", client.token());
+    sup.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).process_group(0);
+    let mut child = sup.spawn()?;
+    let pid = child.id().unwrap_or(0);
+    let mut ready = tokio::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut line = String::new();
+    ready.read_line(&mut line).await?;
+    if line.trim() != READY_LINE {
+        return Err(ClientError::Other(format!("the background supervisor did not start (stream {id})")));
+    }
+    // Reap it when it ends, so a long-lived caller (the MCP server) keeps no zombies.
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    Ok(pid)
+}
+
+/// How a task ended, in words, from its stream's state.
+pub fn describe_end(info: &spillway_api::StreamInfo) -> String {
+    let how = match (info.exit_code, &info.signal) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(sig)) => format!("was killed by SIG{sig}"),
+        (None, None) => "ended (its exit status was not recorded)".to_owned(),
+    };
+    let cap = if info.capped { ", stopped at the stream's cap" } else { "" };
+    format!("the task {how}{cap}; {} bytes of output", info.size)
+}
+
 /// Appends with retries: a retried append at the same offset is a no-op on the server.
 async fn append_retrying(client: &StoreClient, id: &str, offset: u64, data: Bytes) -> Result<u64> {
     let mut wait = Duration::from_millis(100);
@@ -51,11 +94,30 @@ async fn append_retrying(client: &StoreClient, id: &str, offset: u64, data: Byte
     }
 }
 
-fn kill_group(pgid: i32, sig: i32) {
-    // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
-    unsafe {
-        libc::kill(-pgid, sig);
-    }
+use crate::capture::signal_group as kill_group;
+
+/// The name the contract uses for a signal (`TERM`, not `SIGTERM` or 15).
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "HUP",
+        libc::SIGINT => "INT",
+        libc::SIGQUIT => "QUIT",
+        libc::SIGILL => "ILL",
+        libc::SIGABRT => "ABRT",
+        libc::SIGBUS => "BUS",
+        libc::SIGFPE => "FPE",
+        libc::SIGKILL => "KILL",
+        libc::SIGUSR1 => "USR1",
+        libc::SIGSEGV => "SEGV",
+        libc::SIGUSR2 => "USR2",
+        libc::SIGPIPE => "PIPE",
+        libc::SIGALRM => "ALRM",
+        libc::SIGTERM => "TERM",
+        libc::SIGXCPU => "XCPU",
+        libc::SIGXFSZ => "XFSZ",
+        other => return format!("SIG{other}"),
+    };
+    name.to_owned()
 }
 
 async fn pump<R: AsyncRead + Unpin>(mut r: R, tx: mpsc::Sender<Bytes>) {
@@ -69,13 +131,40 @@ async fn pump<R: AsyncRead + Unpin>(mut r: R, tx: mpsc::Sender<Bytes>) {
 
 /// Runs `cmd` in its own process group, streaming stdout and stderr (interleaved as they come)
 /// into stream `id`. Returns when the task has ended and the stream is sealed.
-pub async fn supervise(client: &StoreClient, id: &str, mut cmd: Command) -> Result<TaskEnd> {
+/// When `stop` completes (a timeout, a signal to the supervisor), the task's group is stopped:
+/// TERM, then KILL 2 s later; the stream is still sealed with how the task ended.
+/// `on_ready` runs once the task runs (or could not start and its stream is sealed).
+pub async fn supervise(
+    client: &StoreClient,
+    id: &str,
+    mut cmd: Command,
+    stop: futures::future::BoxFuture<'static, ()>,
+    on_ready: impl FnOnce(),
+) -> Result<TaskEnd> {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
-    let mut child = cmd.spawn()?;
+    let program = cmd.as_std().get_program().to_string_lossy().into_owned();
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            // Like a shell: the error in the output, 127 or 126 as the exit code.
+            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            append_retrying(client, id, 0, Bytes::from(format!("spillway: {program}: {e}\n"))).await?;
+            let rec = client.seal_with(id, &SealRequest { exit_code: Some(code), signal: None }).await?;
+            on_ready();
+            return Ok(TaskEnd { exit_code: Some(code), capped: false, digest: Some(rec.digest.to_string()) });
+        }
+    };
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    on_ready();
     let (tx, mut rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(pump(child.stdout.take().expect("piped"), tx.clone()));
     tokio::spawn(pump(child.stderr.take().expect("piped"), tx));
+    let stopper = tokio::spawn(async move {
+        stop.await;
+        kill_group(pgid, libc::SIGTERM);
+        tokio::time::sleep(KILL_GRACE).await;
+        kill_group(pgid, libc::SIGKILL);
+    });
     let mut offset = 0u64;
     let mut pending = BytesMut::new();
     let mut capped = false;
@@ -112,13 +201,23 @@ pub async fn supervise(client: &StoreClient, id: &str, mut cmd: Command) -> Resu
         }
     }
     let status = child.wait().await?;
-    let rec = client.seal(id).await?;
+    stopper.abort();
+    use std::os::unix::process::ExitStatusExt;
+    let how = SealRequest { exit_code: status.code(), signal: status.signal().map(signal_name) };
+    let rec = client.seal_with(id, &how).await?;
     Ok(TaskEnd { exit_code: status.code(), capped, digest: Some(rec.digest.to_string()) })
 }
 
 /// Writes a stream's pages to `out` as JSON lines (the server's read page, at most 100,000
-/// bytes of content each): what is there now, or with `follow` everything until the stream ends.
-pub async fn tail<W: std::io::Write>(client: &StoreClient, id: &str, follow: bool, out: &mut W) -> Result<()> {
+/// bytes of content each), or with `raw` as the text itself: what is there now, or with
+/// `follow` everything until the stream ends. Returns the stream's state at the end.
+pub async fn tail<W: std::io::Write>(
+    client: &StoreClient,
+    id: &str,
+    follow: bool,
+    raw: bool,
+    out: &mut W,
+) -> Result<spillway_api::StreamInfo> {
     let mut offset = 0u64;
     loop {
         let wait = follow.then_some(spillway_api::MAX_WAIT_MS);
@@ -133,19 +232,19 @@ pub async fn tail<W: std::io::Write>(client: &StoreClient, id: &str, follow: boo
                 other => break other?,
             }
         };
-        if page.length > 0 || offset == 0 {
+        if raw {
+            out.write_all(page.content.as_bytes())?;
+            out.flush()?;
+        } else if page.length > 0 || offset == 0 {
             serde_json::to_writer(&mut *out, &page).map_err(|e| ClientError::Other(e.to_string()))?;
             writeln!(out)?;
             out.flush()?;
         }
         offset += page.length;
         if page.eof {
-            if !follow {
-                return Ok(());
-            }
             let info = client.stream_info(id).await?;
-            if info.state != spillway_api::StreamState::Open && offset >= info.size {
-                return Ok(());
+            if !follow || (info.state != spillway_api::StreamState::Open && offset >= info.size) {
+                return Ok(info);
             }
         }
     }

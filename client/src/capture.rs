@@ -13,8 +13,11 @@ use spillway_api::Receipt;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
+use spillway_api::{SaveError, SaveFailure};
+use tokio_util::sync::CancellationToken;
+
 use crate::error::Result;
-use crate::receipt::{self, Saved};
+use crate::receipt::{self, Readers, Saved};
 use crate::spill::{Deadline, SpillTarget, SpillWriter, DEFAULT_SAVE_DEADLINE};
 use crate::truncate::{self, Sample, Strategy, DEFAULT_CAP};
 
@@ -33,6 +36,15 @@ pub struct ExecOptions {
     pub save_deadline: Duration,
     /// Labels for the spills (`stream=stdout|stderr` is added).
     pub labels: Vec<(String, String)>,
+    /// Who reads the receipts' hints.
+    pub readers: Readers,
+    /// Stop the command's process group after this long (TERM, then KILL 2 s later).
+    pub timeout: Option<Duration>,
+    /// Give the command this process's stdin (a CLI), or none (a tool server whose stdin is
+    /// its protocol).
+    pub inherit_stdin: bool,
+    /// Cancelling it stops the command's process group the same way (the caller was told to stop).
+    pub cancel: CancellationToken,
 }
 
 impl ExecOptions {
@@ -44,6 +56,10 @@ impl ExecOptions {
             spill,
             save_deadline: DEFAULT_SAVE_DEADLINE,
             labels: vec![("tool".into(), "exec".into())],
+            readers: Readers::Cli,
+            timeout: None,
+            inherit_stdin: false,
+            cancel: CancellationToken::new(),
         }
     }
 }
@@ -55,6 +71,9 @@ pub struct ExecResult {
     pub exit_code: Option<i32>,
     /// Terminating signal, when it was killed.
     pub signal: Option<i32>,
+    /// True when `--timeout` stopped the command.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
     /// Receipt of stdout.
     pub stdout: Receipt,
     /// Receipt of stderr.
@@ -129,7 +148,7 @@ impl Keeper {
 enum SpillState {
     NotStarted,
     Writing(Box<dyn SpillWriter>),
-    Failed(String),
+    Failed(SaveError),
 }
 
 /// Reads one stream to its end and returns its receipt.
@@ -155,18 +174,18 @@ pub async fn capture<R: AsyncRead + Unpin>(mut reader: R, opts: &ExecOptions, st
             // Crossing the cap: the spill starts with the head kept so far.
             spill = match deadline.wait(opts.spill.begin(&labels)).await {
                 Ok(Ok(w)) => SpillState::Writing(w),
-                Ok(Err(e)) | Err(e) => SpillState::Failed(e.to_string()),
+                Ok(Err(e)) | Err(e) => SpillState::Failed(e.save_error()),
             };
             if let SpillState::Writing(w) = &mut spill {
                 let already = Bytes::copy_from_slice(&keep.head[..before.min(keep.head.len() as u64) as usize]);
                 if let Err(e) = w.write(already, &mut deadline).await {
-                    spill = SpillState::Failed(e.to_string());
+                    spill = SpillState::Failed(e.save_error());
                 }
             }
         }
         if let SpillState::Writing(w) = &mut spill {
             if let Err(e) = w.write(Bytes::copy_from_slice(chunk), &mut deadline).await {
-                spill = SpillState::Failed(e.to_string()); // dropping the writer abandons it
+                spill = SpillState::Failed(e.save_error()); // dropping the writer abandons it
             }
         }
     }
@@ -175,7 +194,7 @@ pub async fn capture<R: AsyncRead + Unpin>(mut reader: R, opts: &ExecOptions, st
         SpillState::Failed(reason) => Saved::Failed(reason),
         SpillState::Writing(w) => match w.finish(&mut deadline).await {
             Ok(loc) => Saved::At(loc),
-            Err(e) => Saved::Failed(e.to_string()),
+            Err(e) => Saved::Failed(e.save_error()),
         },
     };
     let tail = keep.tail.contents();
@@ -193,10 +212,13 @@ pub async fn capture<R: AsyncRead + Unpin>(mut reader: R, opts: &ExecOptions, st
         next_line: None,
     });
     let saved = match saved {
-        Saved::NotNeeded if preview.truncated => Saved::Failed("the output was cut before it was saved".into()),
+        Saved::NotNeeded if preview.truncated => Saved::Failed(SaveError {
+            cause: SaveFailure::Other,
+            message: "the output was cut before it was saved".into(),
+        }),
         s => s,
     };
-    Ok(receipt::build(preview, keep.total, keep.lines(), saved))
+    Ok(receipt::build_for(preview, keep.total, keep.lines(), saved, opts.readers))
 }
 
 /// A 1 MiB pipe instead of 64 KiB: a fast writer wakes the reader 16 times less often.
@@ -207,16 +229,97 @@ fn widen_pipe(pipe: &impl std::os::fd::AsRawFd) {
     }
 }
 
-/// Runs a command the way an agent's shell tool would: stdout and stderr captured apart.
+/// Sends `sig` to process group `pgid`.
+pub(crate) fn signal_group(pgid: i32, sig: i32) {
+    if pgid > 0 {
+        // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
+        unsafe {
+            libc::kill(-pgid, sig);
+        }
+    }
+}
+
+/// Time between TERM and KILL when a command's group is stopped.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// Kills the command's whole process group if `exec` is dropped before the command ended
+/// (a cancelled tool call must not leave the command running).
+struct GroupGuard {
+    pgid: i32,
+    armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            signal_group(self.pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// The answer a shell gives when a command cannot start: 127 when it is not found, 126 when
+/// it cannot be executed, with the OS error on stderr.
+async fn not_started(program: &str, e: &std::io::Error, opts: &ExecOptions) -> Result<ExecResult> {
+    let exit_code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+    let message = format!("spillway: {program}: {e}\n");
+    Ok(ExecResult {
+        exit_code: Some(exit_code),
+        signal: None,
+        timed_out: false,
+        stdout: capture(&b""[..], opts, "stdout").await?,
+        stderr: capture(message.as_bytes(), opts, "stderr").await?,
+    })
+}
+
+/// Runs a command the way an agent's shell tool would: in its own process group, stdout and
+/// stderr captured apart; stopped as a group on timeout, on cancel, or when dropped.
 pub async fn exec(mut cmd: Command, opts: &ExecOptions) -> Result<ExecResult> {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let mut child = cmd.spawn()?;
+    let stdin = if opts.inherit_stdin { Stdio::inherit() } else { Stdio::null() };
+    cmd.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
+    let program = cmd.as_std().get_program().to_string_lossy().into_owned();
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return not_started(&program, &e, opts).await,
+    };
+    let pgid = child.id().map_or(0, |p| p as i32);
+    let mut guard = GroupGuard { pgid, armed: true };
     let out = child.stdout.take().expect("piped stdout");
     let err = child.stderr.take().expect("piped stderr");
     widen_pipe(&out);
     widen_pipe(&err);
-    let (stdout, stderr) = tokio::join!(capture(out, opts, "stdout"), capture(err, opts, "stderr"));
-    let status = child.wait().await?;
+    let timed_out = std::sync::atomic::AtomicBool::new(false);
+    let stopper = async {
+        let timeout = async {
+            match opts.timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = timeout => timed_out.store(true, std::sync::atomic::Ordering::Relaxed),
+            () = opts.cancel.cancelled() => {}
+        }
+        signal_group(pgid, libc::SIGTERM);
+        tokio::time::sleep(KILL_GRACE).await;
+        signal_group(pgid, libc::SIGKILL);
+        std::future::pending::<std::convert::Infallible>().await
+    };
+    let run = async {
+        let (stdout, stderr) = tokio::join!(capture(out, opts, "stdout"), capture(err, opts, "stderr"));
+        (stdout, stderr, child.wait().await)
+    };
+    let (stdout, stderr, status) = tokio::select! {
+        r = run => r,
+        never = stopper => match never {},
+    };
+    let status = status?;
+    guard.armed = false;
     use std::os::unix::process::ExitStatusExt;
-    Ok(ExecResult { exit_code: status.code(), signal: status.signal(), stdout: stdout?, stderr: stderr? })
+    Ok(ExecResult {
+        exit_code: status.code(),
+        signal: status.signal(),
+        timed_out: timed_out.load(std::sync::atomic::Ordering::Relaxed),
+        stdout: stdout?,
+        stderr: stderr?,
+    })
 }

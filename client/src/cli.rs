@@ -1,88 +1,125 @@
-//! The `spillway` command line, as a library so the binary stays a thin `main`.
+//! The `spillway` command line, as a library so the binary stays a thin `main`. One function
+//! per command; `--local` or the store is chosen once, by [`Reader`].
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-use futures::StreamExt;
-use sha2::Digest as _;
+use clap::{Args, Parser, Subcommand};
 use spillway_api::{AnyDigest, ErrorCode};
 use tokio::io::AsyncReadExt;
 
 use crate::error::{ClientError, Result};
+use crate::reader::Reader;
 use crate::spill::{LocalDir, RemoteStore, SpillTarget};
 use crate::store::{GrepRequest, ReadRequest, StoreClient, UploadOptions};
-use crate::{background, capture, gate, local};
+use crate::{background, capture, gate, transfer};
 
 /// Keep big tool outputs out of the model's context without losing them.
 #[derive(Parser, Debug)]
 #[command(name = "spillway", version, about)]
 pub struct Cli {
-    /// Store URL.
+    /// Store URL, e.g. http://127.0.0.1:7745.
     #[arg(long, env = "SPILLWAY_URL", global = true)]
     url: Option<String>,
     /// Store token.
     #[arg(long, env = "SPILLWAY_TOKEN", global = true, hide_env_values = true)]
     token: Option<String>,
-    /// Spill to, and read from, files named by content hash in DIR; no server needed.
-    #[arg(long, global = true, value_name = "DIR")]
+    /// Spill to, and read from, files named by content hash in DIR; no server needed
+    /// (exec, put, get, read, grep, gate and mcp).
+    #[arg(long, value_name = "DIR")]
     local: Option<PathBuf>,
     #[command(subcommand)]
     command: Cmd,
 }
 
+/// `--local DIR` where a command can work without the store.
+#[derive(Args, Debug, Default, Clone)]
+pub(crate) struct LocalArg {
+    /// Use the files named by content hash in DIR instead of the store.
+    #[arg(long, value_name = "DIR")]
+    local: Option<PathBuf>,
+}
+
+/// Labels and TTL of what a command stores.
+#[derive(Args, Debug, Default, Clone)]
+pub(crate) struct RefArgs {
+    /// `key=value` label on what is stored, repeatable (e.g. --label session=s-42).
+    #[arg(long = "label", value_parser = parse_label, value_name = "KEY=VALUE")]
+    labels: Vec<(String, String)>,
+    /// Seconds the store keeps it (default: the server's, 7 days).
+    #[arg(long, value_name = "SECONDS")]
+    ttl: Option<u64>,
+}
+
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Run a command the way an agent's shell tool would; print its receipts.
+    #[command(after_help = "Example:\n  spillway exec --timeout 600 --label session=s-42 -- cargo test\n\n\
+        Prints {\"exit_code\", \"signal\", \"timed_out\"?, \"stdout\": <receipt>, \"stderr\": <receipt>}.")]
     Exec {
         /// Bytes of each stream the model may see.
         #[arg(long, default_value_t = crate::truncate::DEFAULT_CAP)]
         limit: usize,
+        /// Stop the command's process group after this many seconds (TERM, then KILL 2 s later).
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<f64>,
+        #[command(flatten)]
+        refs: RefArgs,
+        #[command(flatten)]
+        local: LocalArg,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
     },
     /// Upload a file (or stdin) and print its blob record.
+    #[command(after_help = "Example:\n  spillway put incident.log --label incident=INC-42")]
     Put {
         /// File to upload; `-` or nothing for stdin.
         file: Option<PathBuf>,
-        /// Reference lifetime in seconds.
-        #[arg(long)]
-        ttl: Option<u64>,
-        /// `key=value`, repeatable.
-        #[arg(long = "label", value_parser = parse_label)]
-        labels: Vec<(String, String)>,
+        #[command(flatten)]
+        refs: RefArgs,
+        #[command(flatten)]
+        local: LocalArg,
     },
     /// Download the exact bytes of a blob, verified against its digest.
+    #[command(after_help = "Example:\n  spillway get blake3:9f2c… -o build.log")]
     Get {
-        /// `blake3:…` or `sha256:…`.
+        /// `blake3:…`, `sha256:…` or 64 hex digits (BLAKE3).
         digest: String,
         /// Write to FILE instead of stdout (only after verification).
         #[arg(short, long)]
         output: Option<PathBuf>,
+        #[command(flatten)]
+        local: LocalArg,
     },
-    /// One capped page of a blob (at most 100,000 bytes).
+    /// One capped page of a blob (at most 100,000 bytes), as JSON.
+    #[command(after_help = "Example:\n  spillway read blake3:9f2c… --line 1201 --lines 2000\n\n\
+        Continue with the page's next_line when it has one, else with next_offset.")]
     Read {
-        /// `blake3:…` or `sha256:…`.
+        /// `blake3:…`, `sha256:…` or 64 hex digits (BLAKE3).
         digest: String,
-        /// Byte page start.
+        /// Byte page start [default: 0].
         #[arg(long, conflicts_with_all = ["line", "lines"])]
         offset: Option<u64>,
-        /// Byte page length.
+        /// Byte page length [default: 100000, the most a page holds].
         #[arg(long, conflicts_with_all = ["line", "lines"])]
         limit: Option<u64>,
-        /// Line page start (1-based).
+        /// Line page start, 1-based.
         #[arg(long)]
         line: Option<u64>,
-        /// Lines per page.
+        /// Lines per page [default: 2000].
         #[arg(long)]
         lines: Option<u64>,
+        #[command(flatten)]
+        local: LocalArg,
     },
-    /// Matching lines of a blob, capped and resumable.
+    /// Matching lines of a blob with their numbers, capped and resumable, as JSON.
+    #[command(after_help = "Example:\n  spillway grep blake3:9f2c… 'error\\[E[0-9]+\\]' -i -C 2")]
     Grep {
-        /// `blake3:…` or `sha256:…`.
+        /// `blake3:…`, `sha256:…` or 64 hex digits (BLAKE3).
         digest: String,
         /// Rust regex syntax.
         pattern: String,
@@ -95,11 +132,60 @@ enum Cmd {
         /// Resume from this line.
         #[arg(long)]
         from_line: Option<u64>,
-        /// Most matches.
+        /// Most matches [default: as many as fit 100,000 bytes].
         #[arg(long)]
         max_matches: Option<usize>,
+        /// Lines of context after each match.
+        #[arg(short = 'A', long, value_name = "N")]
+        after: Option<u32>,
+        /// Lines of context before each match.
+        #[arg(short = 'B', long, value_name = "N")]
+        before: Option<u32>,
+        /// Lines of context before and after each match.
+        #[arg(short = 'C', long, value_name = "N")]
+        context: Option<u32>,
+        #[command(flatten)]
+        local: LocalArg,
+    },
+    /// The blob record of a blob in this namespace.
+    #[command(after_help = "Example:\n  spillway stat blake3:9f2c…")]
+    Stat {
+        /// `blake3:…`, `sha256:…` or 64 hex digits (BLAKE3).
+        digest: String,
+    },
+    /// Keep a blob in this namespace forever (incident evidence), or until a time (admin).
+    #[command(after_help = "Example:\n  spillway pin blake3:9f2c… --reason INC-42 --until 1767225600")]
+    Pin {
+        /// `blake3:…`, `sha256:…` or 64 hex digits (BLAKE3).
+        digest: String,
+        /// Keep it until this Unix time (seconds) instead of forever.
+        #[arg(long, value_name = "UNIX")]
+        until: Option<u64>,
+        /// Why it is kept.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// This namespace's references, newest first, as JSON.
+    #[command(after_help = "Example:\n  spillway refs --label session=s-42 --limit 20")]
+    Refs {
+        /// Only references with this label, repeatable (all must match).
+        #[arg(long = "label", value_parser = parse_label, value_name = "KEY=VALUE")]
+        labels: Vec<(String, String)>,
+        /// Most references per page [default: the server's].
+        #[arg(long)]
+        limit: Option<u32>,
+        /// The next_cursor of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Drop this namespace's references to a blob (admin); the bytes go when nobody holds it.
+    #[command(after_help = "Example:\n  spillway rm blake3:9f2c…")]
+    Rm {
+        /// `blake3:…`, `sha256:…` or 64 hex digits (BLAKE3).
+        digest: String,
     },
     /// Apply the per-turn gate to a JSON array of one turn's tool results on stdin.
+    #[command(after_help = "Example:\n  echo '[\"…\", {…receipt…}]' | spillway gate --budget 200000")]
     Gate {
         /// Budget of the turn, in bytes.
         #[arg(long, default_value_t = gate::DEFAULT_BUDGET)]
@@ -107,39 +193,91 @@ enum Cmd {
         /// Head kept of a degraded result, in bytes.
         #[arg(long, default_value_t = gate::DEFAULT_KEEP)]
         keep: usize,
+        #[command(flatten)]
+        local: LocalArg,
     },
-    /// Start a background task whose output streams to the store.
+    /// Start a background task whose output streams to the store; print {"stream", "pid"}.
+    #[command(
+        after_help = "Example:\n  spillway bg --label session=s-42 -- ./long-job.sh\n  spillway tail -f --raw <stream>\n\n\
+        `kill PID` stops the task; its exit status is recorded in the stream either way."
+    )]
     Bg {
-        /// Stream cap in bytes (default: the server's, 50 MiB).
+        /// Stream cap in bytes [default: the server's, 50 MiB].
         #[arg(long)]
         max_bytes: Option<u64>,
+        /// Stop the task after this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<f64>,
+        #[command(flatten)]
+        refs: RefArgs,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
     },
-    /// Print a background task's output as JSON pages; with -f, follow it until it ends.
+    /// Print a background task's output (JSON pages, or the text with --raw); -f follows it.
+    #[command(after_help = "Example:\n  spillway tail -f --raw <stream>")]
     Tail {
-        /// Follow.
+        /// Follow until the task ends.
         #[arg(short, long)]
         follow: bool,
+        /// Print the text itself, not JSON pages; how the task ended goes to stderr.
+        #[arg(long)]
+        raw: bool,
         /// The stream id `bg` printed.
         stream: String,
+    },
+    /// Serve the store as MCP tools (run, read, grep, background, tail) on stdio.
+    #[command(
+        after_help = "Example (Claude Code):\n  claude mcp add spillway --env SPILLWAY_URL=http://127.0.0.1:7745 \
+        --env SPILLWAY_TOKEN=… -- spillway mcp"
+    )]
+    Mcp {
+        #[command(flatten)]
+        local: LocalArg,
     },
     #[command(hide = true)]
     Supervise {
         #[arg(long)]
         stream: String,
+        #[arg(long)]
+        timeout: Option<f64>,
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
     },
 }
 
 fn parse_label(s: &str) -> std::result::Result<(String, String), String> {
-    s.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("expected key=value, got {s:?}"))
+    match s.split_once('=') {
+        Some((k, v)) if spillway_api::valid_label_key(k) => Ok((k.to_owned(), v.to_owned())),
+        Some((k, _)) => Err(format!("invalid label key {k:?}: use [a-z0-9_.-]{{1,64}}")),
+        None => Err(format!("expected key=value, got {s:?}")),
+    }
 }
 
-impl Cli {
-    fn store(&self) -> Result<StoreClient> {
+/// A digest as users type it: `blake3:…`, `sha256:…`, or the bare 64 hex that `b3sum` prints.
+pub fn parse_digest(s: &str) -> Result<AnyDigest> {
+    let s = s.trim();
+    if s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(format!("blake3:{}", s.to_ascii_lowercase()).parse()?);
+    }
+    Ok(s.parse::<AnyDigest>()?)
+}
+
+fn seconds(s: Option<f64>) -> Result<Option<Duration>> {
+    s.map(|s| Duration::try_from_secs_f64(s).map_err(|_| ClientError::Other(format!("invalid number of seconds {s}"))))
+        .transpose()
+}
+
+/// Where the CLI talks to: the store, or `--local DIR`.
+#[derive(Debug, Clone)]
+pub struct Conn {
+    url: Option<String>,
+    token: Option<String>,
+    local: Option<PathBuf>,
+}
+
+impl Conn {
+    pub(crate) fn store(&self) -> Result<StoreClient> {
         let url = self.url.clone().ok_or_else(|| {
             ClientError::Other(
                 "no store configured: set SPILLWAY_URL and SPILLWAY_TOKEN (or --url/--token), or use --local DIR"
@@ -150,29 +288,62 @@ impl Cli {
     }
 
     /// `--local DIR`, else the store, else `./.outputs`.
-    fn spill_target(&self) -> Result<Arc<dyn SpillTarget>> {
+    pub(crate) fn spill_target(&self, ttl: Option<u64>) -> Result<Arc<dyn SpillTarget>> {
         Ok(match (&self.local, &self.url) {
             (Some(dir), _) => Arc::new(LocalDir::new(dir)),
-            (None, Some(_)) => Arc::new(RemoteStore::new(self.store()?)),
+            (None, Some(_)) => Arc::new(RemoteStore::new(self.store()?).with_ttl(ttl)),
             (None, None) => Arc::new(LocalDir::new(".outputs")),
         })
     }
+
+    pub(crate) fn reader(&self) -> Result<Reader> {
+        match &self.local {
+            Some(dir) => Ok(Reader::Local(LocalDir::new(dir))),
+            None => Ok(Reader::Store(self.store()?)),
+        }
+    }
+
+    pub(crate) fn local(&self) -> Option<&Path> {
+        self.local.as_deref()
+    }
 }
 
-fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+impl Cli {
+    fn conn(&self) -> Result<Conn> {
+        let sub = match &self.command {
+            Cmd::Exec { local, .. }
+            | Cmd::Put { local, .. }
+            | Cmd::Get { local, .. }
+            | Cmd::Read { local, .. }
+            | Cmd::Grep { local, .. }
+            | Cmd::Gate { local, .. }
+            | Cmd::Mcp { local } => local.local.clone(),
+            _ if self.local.is_some() => {
+                return Err(ClientError::Other(
+                    "this command needs the store: --local applies to exec, put, get, read, grep, gate and mcp".into(),
+                ))
+            }
+            _ => None,
+        };
+        Ok(Conn { url: self.url.clone(), token: self.token.clone(), local: sub.or_else(|| self.local.clone()) })
+    }
+}
+
+/// Writes one JSON value and a newline to stdout.
+pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     let mut out = std::io::stdout().lock();
     serde_json::to_writer(&mut out, v).map_err(|e| ClientError::Other(e.to_string()))?;
     writeln!(out)?;
     Ok(())
 }
 
-fn parse_digest(s: &str) -> Result<AnyDigest> {
-    s.parse::<AnyDigest>().map_err(ClientError::from)
-}
-
 /// Runs the CLI; errors are one line on stderr and a non-zero exit.
 pub async fn run(cli: Cli) -> ExitCode {
-    match dispatch(&cli).await {
+    let result = match cli.conn() {
+        Ok(conn) => dispatch(&cli.command, &conn).await,
+        Err(e) => Err(e),
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("spillway: error: {}", describe(&e, &cli));
@@ -183,238 +354,189 @@ pub async fn run(cli: Cli) -> ExitCode {
 
 fn describe(e: &ClientError, cli: &Cli) -> String {
     let digest = match &cli.command {
-        Cmd::Get { digest, .. } | Cmd::Read { digest, .. } | Cmd::Grep { digest, .. } => Some(digest.as_str()),
+        Cmd::Get { digest, .. }
+        | Cmd::Read { digest, .. }
+        | Cmd::Grep { digest, .. }
+        | Cmd::Stat { digest }
+        | Cmd::Pin { digest, .. }
+        | Cmd::Rm { digest } => Some(digest.as_str()),
         _ => None,
     };
     match (e, digest) {
-        (ClientError::Api { code: ErrorCode::NotFound, .. }, Some(d)) => match &cli.local {
-            Some(dir) => format!("{d} was not found in {}", dir.display()),
-            None => format!("{d} was not found in this namespace"),
-        },
+        (ClientError::Api { code: ErrorCode::NotFound, .. }, Some(d)) => {
+            match cli.conn().ok().as_ref().and_then(Conn::local) {
+                Some(dir) => format!("{d} was not found in {} (not_found)", dir.display()),
+                None => format!("{d} was not found in this namespace (not_found)"),
+            }
+        }
         (ClientError::InvalidDigest(_), Some(d)) => format!(
-            "invalid digest {d:?}: a digest looks like blake3:<64 lowercase hex digits> or sha256:<64 lowercase hex digits>"
+            "invalid digest {d:?}: a digest is blake3:<64 lowercase hex>, sha256:<64 lowercase hex>, or 64 hex \
+             digits (invalid_digest)"
         ),
         _ => e.to_string(),
     }
 }
 
-async fn dispatch(cli: &Cli) -> Result<ExitCode> {
-    match &cli.command {
-        Cmd::Exec { limit, cmd } => {
-            let mut opts = capture::ExecOptions::new(cli.spill_target()?);
-            opts.cap = *limit;
-            let mut c = tokio::process::Command::new(&cmd[0]);
-            c.args(&cmd[1..]);
-            print_json(&capture::exec(c, &opts).await?)?;
+async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
+    match cmd {
+        Cmd::Exec { limit, timeout, refs, cmd, .. } => return exec(conn, *limit, seconds(*timeout)?, refs, cmd).await,
+        Cmd::Put { file, refs, .. } => put(conn, file.as_deref(), refs).await?,
+        Cmd::Get { digest, output, .. } => {
+            transfer::get(&conn.reader()?, &parse_digest(digest)?, output.as_deref()).await?
         }
-        Cmd::Put { file, ttl, labels } => {
-            let opts = UploadOptions { ttl: *ttl, labels: labels.clone(), max_bytes: None };
-            let reader: Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin> = match file {
-                Some(p) if p.as_os_str() != "-" => Box::new(tokio::fs::File::open(p).await?),
-                _ => Box::new(tokio::io::stdin()),
-            };
-            if let Some(dir) = &cli.local {
-                let mut data = Vec::new();
-                let mut reader = reader;
-                reader.read_to_end(&mut data).await?;
-                let mut d = crate::spill::Deadline::new(std::time::Duration::from_secs(3600));
-                let sha256 = spillway_api::Sha256Digest::from_bytes(sha2::Sha256::digest(&data).into());
-                let (size, lines) = (data.len() as u64, spillway_api::count_lines(&data));
-                let path = LocalDir::new(dir).path_of(&spillway_api::Digest::of(&data));
-                let existed = path.exists();
-                let loc = LocalDir::new(dir).save(data.into(), &opts.labels, &mut d).await?;
-                let crate::spill::Location::File { path, digest } = loc else {
-                    return Err(ClientError::Other("a local directory saves files".into()));
-                };
-                // The blob record, plus where the file is.
-                print_json(&serde_json::json!({
-                    "digest": digest, "sha256": sha256.to_string(), "size": size, "lines": lines,
-                    "deduplicated": existed, "expires_at": null, "file_path": path,
-                }))?;
-            } else {
-                let body = tokio_util::io::ReaderStream::with_capacity(reader, 256 * 1024);
-                print_json(&cli.store()?.put_stream(body, &opts).await?)?;
-            }
-        }
-        Cmd::Get { digest, output } => get(cli, digest, output.as_deref()).await?,
-        Cmd::Read { digest, offset, limit, line, lines } => {
-            let d = parse_digest(digest)?;
+        Cmd::Read { digest, offset, limit, line, lines, .. } => {
             let req = if line.is_some() || lines.is_some() {
                 ReadRequest::Lines { line: line.unwrap_or(1), lines: *lines }
             } else {
                 ReadRequest::Bytes { offset: offset.unwrap_or(0), limit: *limit }
             };
-            match (&cli.local, d) {
-                (Some(dir), AnyDigest::Blake3(b)) => {
-                    let src = local::LocalSource::open(&LocalDir::new(dir), &b).await?;
-                    print_json(&local::read(&src, req).await?)?;
-                }
-                (Some(_), AnyDigest::Sha256(_)) => return Err(local_sha256()),
-                (None, _) => print_json(&cli.store()?.read(digest, req).await?)?,
-            }
+            print_json(&conn.reader()?.read(&parse_digest(digest)?, req).await?)?;
         }
-        Cmd::Grep { digest, pattern, ignore_case, fixed, from_line, max_matches } => {
-            let d = parse_digest(digest)?;
+        Cmd::Grep { digest, pattern, ignore_case, fixed, from_line, max_matches, after, before, context, .. } => {
             let g = GrepRequest {
                 pattern: pattern.clone(),
                 ignore_case: *ignore_case,
                 fixed: *fixed,
                 from_line: *from_line,
                 max_matches: *max_matches,
+                before: before.or(*context),
+                after: after.or(*context),
             };
-            match (&cli.local, d) {
-                (Some(dir), AnyDigest::Blake3(b)) => {
-                    let src = local::LocalSource::open(&LocalDir::new(dir), &b).await?;
-                    print_json(&local::grep(&src, &g).await?)?;
-                }
-                (Some(_), AnyDigest::Sha256(_)) => return Err(local_sha256()),
-                (None, _) => print_json(&cli.store()?.grep(digest, &g).await?)?,
-            }
+            print_json(&conn.reader()?.grep(&parse_digest(digest)?, &g).await?)?;
         }
-        Cmd::Gate { budget, keep } => {
-            let mut input = String::new();
-            tokio::io::stdin().read_to_string(&mut input).await?;
-            let results: Vec<gate::TurnResult> = serde_json::from_str(&input)
-                .map_err(|e| ClientError::Other(format!("stdin must be a JSON array of strings or receipts: {e}")))?;
-            let mut g = gate::Gate::new(cli.spill_target()?);
-            g.budget = *budget;
-            g.keep = *keep;
-            print_json(&g.apply(results).await)?;
+        Cmd::Stat { digest } => print_json(&conn.store()?.stat(&parse_digest(digest)?.to_string()).await?)?,
+        Cmd::Pin { digest, until, reason } => {
+            let d = parse_digest(digest)?.to_string();
+            print_json(&conn.store()?.pin_until(&d, reason.as_deref(), *until).await?)?;
         }
-        Cmd::Bg { max_bytes, cmd } => {
-            let store = cli.store()?;
-            let opts = UploadOptions { ttl: None, labels: vec![("tool".into(), "bg".into())], max_bytes: *max_bytes };
-            let s = store.create_stream(&opts).await?;
-            let mut sup = std::process::Command::new(std::env::current_exe()?);
-            sup.arg("supervise").arg("--stream").arg(&s.id).arg("--").args(cmd);
-            sup.env("SPILLWAY_URL", store.base_url());
-            if let Some(t) = &cli.token {
-                sup.env("SPILLWAY_TOKEN", t);
-            }
-            use std::os::unix::process::CommandExt;
-            sup.stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .process_group(0);
-            sup.spawn()?;
-            print_json(&serde_json::json!({ "stream": s.id }))?;
+        Cmd::Refs { labels, limit, cursor } => {
+            let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            print_json(&conn.store()?.list_refs(&labels, *limit, cursor.as_deref()).await?)?;
         }
-        Cmd::Tail { follow, stream } => {
-            let mut out = std::io::stdout().lock();
-            background::tail(&cli.store()?, stream, *follow, &mut out).await?;
+        Cmd::Rm { digest } => {
+            let d = parse_digest(digest)?.to_string();
+            conn.store()?.delete(&d).await?;
+            print_json(&serde_json::json!({ "digest": d, "removed": true }))?;
         }
-        Cmd::Supervise { stream, cmd } => {
-            let mut c = tokio::process::Command::new(&cmd[0]);
-            c.args(&cmd[1..]);
-            background::supervise(&cli.store()?, stream, c).await?;
-        }
+        Cmd::Gate { budget, keep, .. } => gate_turn(conn, *budget, *keep).await?,
+        Cmd::Bg { max_bytes, timeout, refs, cmd } => bg(conn, *max_bytes, *timeout, refs, cmd).await?,
+        Cmd::Tail { follow, raw, stream } => tail(conn, stream, *follow, *raw).await?,
+        Cmd::Mcp { .. } => crate::mcp::serve(conn.clone()).await?,
+        Cmd::Supervise { stream, timeout, cmd } => supervise(conn, stream, seconds(*timeout)?, cmd).await?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn local_sha256() -> ClientError {
-    ClientError::Other("local spills are named by BLAKE3: use the blake3: digest".into())
-}
-
-enum Hasher {
-    Blake3(Box<blake3::Hasher>),
-    Sha256(sha2::Sha256),
-}
-
-impl Hasher {
-    fn for_digest(d: &AnyDigest) -> Self {
-        match d {
-            AnyDigest::Blake3(_) => Self::Blake3(Box::default()),
-            AnyDigest::Sha256(_) => Self::Sha256(sha2::Sha256::new()),
+/// Resolves when this process is asked to stop (TERM, INT or HUP). The handlers are
+/// installed when this is called, not when it is first polled.
+pub(crate) fn termination() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{signal, SignalKind};
+    let signals = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()));
+    async move {
+        let (Ok(mut term), Ok(mut int), Ok(mut hup)) = signals else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+            _ = hup.recv() => {}
         }
     }
-    fn update(&mut self, b: &[u8]) {
-        match self {
-            Self::Blake3(h) => {
-                h.update(b);
+}
+
+async fn exec(
+    conn: &Conn,
+    limit: usize,
+    timeout: Option<Duration>,
+    refs: &RefArgs,
+    cmd: &[String],
+) -> Result<ExitCode> {
+    let mut opts = capture::ExecOptions::new(conn.spill_target(refs.ttl)?);
+    opts.cap = limit;
+    opts.timeout = timeout;
+    opts.inherit_stdin = true;
+    opts.labels.extend(refs.labels.iter().cloned());
+    let cancel = opts.cancel.clone();
+    let mut c = tokio::process::Command::new(&cmd[0]);
+    c.args(&cmd[1..]);
+    let terminated = termination();
+    let run = capture::exec(c, &opts);
+    tokio::pin!(run);
+    // Terminated ourselves: stop the command's group first, then answer as usual.
+    let result = tokio::select! {
+        r = &mut run => r?,
+        () = terminated => { cancel.cancel(); run.await? }
+    };
+    for (name, r) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
+        if let Some(e) = &r.save_error {
+            eprintln!("spillway: warning: the full {name} was not saved: {}", e.message);
+        }
+    }
+    print_json(&result)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn put(conn: &Conn, file: Option<&Path>, refs: &RefArgs) -> Result<()> {
+    let opts = UploadOptions { ttl: refs.ttl, labels: refs.labels.clone(), max_bytes: None };
+    let source = match file {
+        Some(p) if p.as_os_str() != "-" => transfer::Source::File(p.to_owned()),
+        _ => transfer::Source::Stdin,
+    };
+    match conn.local() {
+        Some(dir) => print_json(&transfer::put_local(&LocalDir::new(dir), source, &opts).await?),
+        None => print_json(&transfer::put_store(&conn.store()?, source, &opts).await?),
+    }
+}
+
+async fn gate_turn(conn: &Conn, budget: usize, keep: usize) -> Result<()> {
+    let mut input = String::new();
+    tokio::io::stdin().read_to_string(&mut input).await?;
+    let results = gate::parse_turn(&input)?;
+    let mut g = gate::Gate::new(conn.spill_target(None)?);
+    g.budget = budget;
+    g.keep = keep;
+    print_json(&g.apply(results).await)
+}
+
+async fn bg(conn: &Conn, max_bytes: Option<u64>, timeout: Option<f64>, refs: &RefArgs, cmd: &[String]) -> Result<()> {
+    let store = conn.store()?;
+    let mut labels = vec![("tool".to_owned(), "bg".to_owned())];
+    labels.extend(refs.labels.iter().cloned());
+    let opts = UploadOptions { ttl: refs.ttl, labels, max_bytes };
+    let s = store.create_stream(&opts).await?;
+    let pid = background::spawn_supervisor(&store, &s.id, timeout, cmd).await?;
+    print_json(&serde_json::json!({ "stream": s.id, "pid": pid }))
+}
+
+async fn tail(conn: &Conn, stream: &str, follow: bool, raw: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    let info = background::tail(&conn.store()?, stream, follow, raw, &mut out).await?;
+    if raw && info.state != spillway_api::StreamState::Open {
+        eprintln!("spillway: {}", background::describe_end(&info));
+    }
+    Ok(())
+}
+
+async fn supervise(conn: &Conn, stream: &str, timeout: Option<Duration>, cmd: &[String]) -> Result<()> {
+    let mut c = tokio::process::Command::new(&cmd[0]);
+    c.args(&cmd[1..]);
+    let terminated = termination();
+    let stop = Box::pin(async move {
+        let timer = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
             }
-            Self::Sha256(h) => h.update(b),
-        }
-    }
-    fn finish(self) -> String {
-        match self {
-            Self::Blake3(h) => spillway_api::Digest::from_bytes(*h.finalize().as_bytes()).to_string(),
-            Self::Sha256(h) => spillway_api::Sha256Digest::from_bytes(h.finalize().into()).to_string(),
-        }
-    }
-}
-
-/// Downloads (or copies from `--local`) while hashing; with `-o`, the file appears only verified.
-async fn get(cli: &Cli, digest: &str, output: Option<&std::path::Path>) -> Result<()> {
-    let d = parse_digest(digest)?;
-    let (len, mut body): (Option<u64>, futures::stream::BoxStream<'static, Result<bytes::Bytes>>) = match &cli.local {
-        Some(dir) => {
-            let AnyDigest::Blake3(b) = d else {
-                return Err(local_sha256());
-            };
-            let path = LocalDir::new(dir).path_of(&b);
-            let f = tokio::fs::File::open(&path).await.map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => {
-                    ClientError::Api { status: 404, code: ErrorCode::NotFound, message: "not found".into() }
-                }
-                _ => e.into(),
-            })?;
-            let len = f.metadata().await.ok().map(|m| m.len());
-            (
-                len,
-                tokio_util::io::ReaderStream::with_capacity(f, 256 * 1024)
-                    .map(|r| r.map_err(ClientError::from))
-                    .boxed(),
-            )
-        }
-        None => {
-            let resp = cli.store()?.get(digest).await?;
-            (resp.content_length(), resp.bytes_stream().map(|r| r.map_err(ClientError::from)).boxed())
-        }
-    };
-    let bar = indicatif::ProgressBar::with_draw_target(len, indicatif::ProgressDrawTarget::stderr());
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bytes}/{total_bytes} {wide_bar} {bytes_per_sec} {eta}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    let mut hasher = Hasher::for_digest(&d);
-    let tmp = output.map(|o| {
-        let name = o.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        o.with_file_name(format!(".{name}.spillway-partial"))
-    });
-    let mut sink: Box<dyn Write> = match &tmp {
-        Some(t) => Box::new(std::io::BufWriter::new(std::fs::File::create(t)?)),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
-    };
-    let result = async {
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk?;
-            hasher.update(&chunk);
-            sink.write_all(&chunk)?;
-            bar.inc(chunk.len() as u64);
-        }
-        sink.flush()?;
-        Ok::<_, ClientError>(())
-    }
-    .await;
-    bar.finish_and_clear();
-    drop(sink);
-    let verified = result.and_then(|()| {
-        let actual = hasher.finish();
-        if actual == d.to_string() {
-            Ok(())
-        } else {
-            Err(ClientError::DigestMismatch { expected: d.to_string(), actual })
+        };
+        tokio::select! {
+            () = timer => {}
+            () = terminated => {}
         }
     });
-    match (verified, &tmp, output) {
-        (Ok(()), Some(t), Some(o)) => std::fs::rename(t, o)?,
-        (Err(e), Some(t), _) => {
-            let _ = std::fs::remove_file(t);
-            return Err(e);
-        }
-        (Err(e), None, _) => return Err(e),
-        _ => {}
-    }
+    let ready = || {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", background::READY_LINE).and_then(|()| out.flush());
+    };
+    background::supervise(&conn.store()?, stream, c, stop, ready).await?;
     Ok(())
 }

@@ -28,6 +28,25 @@ pub enum TurnResult {
     Receipt(Receipt),
 }
 
+/// Parses one turn's results: a JSON array whose items are strings or receipts. The error
+/// names the item that is neither, in plain words.
+pub fn parse_turn(input: &str) -> crate::Result<Vec<TurnResult>> {
+    let bad = |m: String| crate::ClientError::Other(format!("{m} (invalid_argument)"));
+    let items: Vec<serde_json::Value> = serde_json::from_str(input)
+        .map_err(|e| bad(format!("stdin must be a JSON array of tool results (strings or receipts): {e}")))?;
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            serde_json::Value::String(s) => Ok(TurnResult::Text(s)),
+            v @ serde_json::Value::Object(_) => serde_json::from_value::<Receipt>(v)
+                .map(TurnResult::Receipt)
+                .map_err(|e| bad(format!("item {i} is an object but not a receipt: {e}"))),
+            other => Err(bad(format!("item {i} is neither a string nor a receipt: {other}"))),
+        })
+        .collect()
+}
+
 impl TurnResult {
     /// Bytes this result puts in the context.
     pub fn size(&self) -> usize {
@@ -154,6 +173,7 @@ impl Gate {
             digest,
             file_path,
             hint: Some(hint),
+            save_error: None,
         }
     }
 }

@@ -41,7 +41,7 @@
 //! let mut deadline = spill::Deadline::new(spill::DEFAULT_SAVE_DEADLINE);
 //! let saved = match target.save(text.clone().into(), &[], &mut deadline).await {
 //!     Ok(loc) => receipt::Saved::At(loc),
-//!     Err(e) => receipt::Saved::Failed(e.to_string()),
+//!     Err(e) => receipt::Saved::Failed(e.save_error()),
 //! };
 //! let r = receipt::build(page, sample.total, sample.total_lines, saved);
 //! assert!(r.hint.unwrap().contains("continue") || r.result.contains("continue from line"));
@@ -55,9 +55,12 @@ pub mod cli;
 pub mod error;
 pub mod gate;
 pub mod local;
+pub mod mcp;
+pub mod reader;
 pub mod receipt;
 pub mod spill;
 pub mod store;
+pub mod transfer;
 pub mod truncate;
 
 pub use error::{ClientError, Result};

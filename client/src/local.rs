@@ -116,23 +116,16 @@ pub async fn read(src: &LocalSource, req: crate::store::ReadRequest) -> Result<R
     r.map_err(page_err)
 }
 
-/// Matching lines of a local spill, exactly as the server would answer.
+/// Matching lines of a local spill, exactly as the server would answer (the same pattern
+/// limits, the same refusals).
 pub async fn grep(src: &LocalSource, g: &crate::store::GrepRequest) -> Result<GrepResponse> {
-    let pattern = if g.fixed { regex::escape(&g.pattern) } else { g.pattern.clone() };
-    let re = regex::bytes::RegexBuilder::new(&pattern)
-        .case_insensitive(g.ignore_case)
-        .multi_line(true)
-        .size_limit(1 << 20)
-        .build()
-        .map_err(|e| ClientError::Api {
-            status: 400,
-            code: spillway_api::ErrorCode::InvalidArgument,
-            message: format!("invalid pattern: {e}"),
-        })?;
+    let re = paging::compile_pattern(&g.pattern, g.fixed, g.ignore_case).map_err(page_err)?;
     let req = GrepRequest {
         regex: &re,
         from_line: g.from_line.unwrap_or(1),
         max_matches: g.max_matches.unwrap_or(usize::MAX),
+        before: g.before.unwrap_or(0) as usize,
+        after: g.after.unwrap_or(0) as usize,
     };
     paging::grep(src, req).await.map_err(page_err)
 }

@@ -251,17 +251,33 @@ impl SpillTarget for RemoteStore {
     }
 }
 
+impl RemoteWriter {
+    /// The upload ended before the output did: its own error says why (a refused token, a
+    /// size limit, a refused connection), which is what the receipt must name.
+    async fn early_end(&mut self, deadline: &mut Deadline) -> ClientError {
+        self.tx = None;
+        match deadline.wait(&mut self.task).await {
+            Ok(Ok(Err(e))) => e,
+            Ok(Ok(Ok(_))) => ClientError::Other("the store answered before the output was complete".into()),
+            Ok(Err(join)) => ClientError::Other(format!("the upload task failed: {join}")),
+            Err(timeout) => timeout,
+        }
+    }
+}
+
 #[async_trait]
 impl SpillWriter for RemoteWriter {
     async fn write(&mut self, chunk: Bytes, deadline: &mut Deadline) -> Result<()> {
-        let tx = self.tx.as_ref().ok_or_else(|| ClientError::Other("spill already failed".into()))?;
+        let Some(tx) = self.tx.as_ref() else {
+            return Err(ClientError::Other("the upload already failed".into()));
+        };
         if self.task.is_finished() {
-            return Err(ClientError::Other("the store ended the upload early".into()));
+            return Err(self.early_end(deadline).await);
         }
-        deadline
-            .wait(tx.send(Ok(chunk)))
-            .await?
-            .map_err(|_| ClientError::Other("the store ended the upload early".into()))
+        match deadline.wait(tx.send(Ok(chunk))).await? {
+            Ok(()) => Ok(()),
+            Err(_) => Err(self.early_end(deadline).await),
+        }
     }
 
     async fn finish(mut self: Box<Self>, deadline: &mut Deadline) -> Result<Location> {

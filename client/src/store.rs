@@ -5,7 +5,7 @@ use futures::Stream;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use spillway_api::{
-    AppendResponse, BlobRecord, Digest, ErrorBody, ErrorCode, GrepResponse, PinRequest, ReadPage, RefList,
+    AppendResponse, BlobRecord, Digest, ErrorBody, ErrorCode, GrepResponse, PinRequest, ReadPage, RefList, SealRequest,
     StreamCreated, StreamInfo,
 };
 
@@ -90,6 +90,10 @@ pub struct GrepRequest {
     pub from_line: Option<u64>,
     /// Most matches.
     pub max_matches: Option<usize>,
+    /// Context lines before each match.
+    pub before: Option<u32>,
+    /// Context lines after each match.
+    pub after: Option<u32>,
 }
 
 /// A client of one store, with one token.
@@ -132,6 +136,11 @@ impl StoreClient {
     /// The store's base URL.
     pub fn base_url(&self) -> &str {
         &self.base
+    }
+
+    /// The token this client sends (for handing to a child process, never for logs).
+    pub fn token(&self) -> &str {
+        &self.token
     }
 
     fn req(&self, method: Method, path: &str) -> RequestBuilder {
@@ -196,13 +205,39 @@ impl StoreClient {
         }
         q.extend(g.from_line.map(|n| ("from_line", n.to_string())));
         q.extend(g.max_matches.map(|n| ("max_matches", n.to_string())));
+        q.extend(g.before.map(|n| ("before", n.to_string())));
+        q.extend(g.after.map(|n| ("after", n.to_string())));
         decode(self.req(Method::GET, &format!("/v1/blobs/{digest}/grep")).query(&q).send().await?).await
     }
 
     /// Pins a blob in this namespace (admin).
     pub async fn pin(&self, digest: &str, reason: Option<&str>) -> Result<BlobRecord> {
-        let body = PinRequest { reason: reason.map(str::to_owned) };
+        self.pin_until(digest, reason, None).await
+    }
+
+    /// Keeps a blob in this namespace forever, or until `until` (Unix seconds) (admin).
+    pub async fn pin_until(&self, digest: &str, reason: Option<&str>, until: Option<u64>) -> Result<BlobRecord> {
+        let body = PinRequest { reason: reason.map(str::to_owned), until };
         decode(self.req(Method::POST, &format!("/v1/blobs/{digest}/pin")).json(&body).send().await?).await
+    }
+
+    /// The blob record of a blob visible in this namespace, from `HEAD` (`deduplicated` is
+    /// true: the namespace holds it).
+    pub async fn stat(&self, digest: &str) -> Result<BlobRecord> {
+        let resp = check(self.req(Method::HEAD, &format!("/v1/blobs/{digest}")).send().await?).await?;
+        let h = resp.headers();
+        let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let number = |name: &str| text(name).and_then(|v| v.parse::<u64>().ok());
+        let missing = |what: &str| ClientError::Other(format!("the store's HEAD answer has no {what}"));
+        let etag = text("etag").ok_or_else(|| missing("ETag"))?;
+        Ok(BlobRecord {
+            digest: etag.trim_matches('"').parse()?,
+            sha256: text("x-spillway-sha256").ok_or_else(|| missing("X-Spillway-Sha256"))?,
+            size: number("content-length").ok_or_else(|| missing("Content-Length"))?,
+            lines: number("x-spillway-lines").ok_or_else(|| missing("X-Spillway-Lines"))?,
+            deduplicated: true,
+            expires_at: text("x-spillway-expires-at"),
+        })
     }
 
     /// Removes this namespace's pins (admin).
@@ -262,5 +297,10 @@ impl StoreClient {
     /// Turns a stream into a blob.
     pub async fn seal(&self, id: &str) -> Result<BlobRecord> {
         decode(self.req(Method::POST, &format!("/v1/streams/{id}/seal")).send().await?).await
+    }
+
+    /// Turns a stream into a blob, recording how its task ended.
+    pub async fn seal_with(&self, id: &str, how: &SealRequest) -> Result<BlobRecord> {
+        decode(self.req(Method::POST, &format!("/v1/streams/{id}/seal")).json(how).send().await?).await
     }
 }

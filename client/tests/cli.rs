@@ -6,6 +6,9 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+#[path = "cli/mcp.rs"]
+mod mcp;
 use spillway_server::testing::{TestServer, ALL};
 
 const BIN: &str = env!("CARGO_BIN_EXE_spillway");
@@ -164,7 +167,7 @@ async fn exec_remote_spills_and_sre_commands() {
     assert!(msg.contains("not found in this namespace") && msg.lines().count() == 1, "{msg}");
     let e = r.run(&["read", "blake3:XYZ"], None).await;
     assert!(!e.status.success());
-    assert!(String::from_utf8_lossy(&e.stderr).contains("a digest looks like blake3:<64"));
+    assert!(String::from_utf8_lossy(&e.stderr).contains("a digest is blake3:<64"));
     srv.stop().await;
 }
 
@@ -285,16 +288,7 @@ async fn background_task_is_capped_killed_and_sealed() {
     .expect("sealed after the kill");
     assert_eq!(info.size, 200_000);
     // The whole process group went, the background sleeper included.
-    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while std::path::Path::new(&format!("/proc/{pid}")).exists()
-            && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z")
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .expect("the task's process group was killed");
+    assert_gone(&pidfile).await;
     srv.stop().await;
 }
 
@@ -359,5 +353,250 @@ async fn gate_saves_to_the_store_by_content() {
     let digest = r.digest.clone().unwrap();
     assert_eq!(digest, spillway_api::Digest::of(big.as_bytes()).to_string());
     assert_eq!(client.get(&digest).await.unwrap().bytes().await.unwrap(), big);
+    srv.stop().await;
+}
+
+/// Runs `exec` of a command that prints 500,000 bytes; returns the JSON and stderr.
+async fn spill_once(r: &Run) -> (Value, String) {
+    let out = r.run(&["exec", "--limit", "1000", "--", "sh", "-c", "seq 1 100000"], None).await;
+    assert!(out.status.success(), "the tool call itself succeeds: {}", String::from_utf8_lossy(&out.stderr));
+    (serde_json::from_slice(&out.stdout).unwrap(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test]
+async fn failed_spills_name_their_cause() {
+    let srv = TestServer::start_with(|c| c.max_blob_bytes = 100_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A refused token.
+    let r = Run { url: Some(srv.url.clone()), token: Some("spw_wrong".into()), cwd: dir.path().to_path_buf() };
+    let (v, stderr) = spill_once(&r).await;
+    let out = &v["stdout"];
+    assert_eq!((out["truncated"].as_bool(), out["saved"].as_bool()), (Some(true), Some(false)));
+    assert_eq!(out["save_error"]["cause"], "unauthorized");
+    let hint = out["hint"].as_str().unwrap();
+    assert!(hint.contains("refused the token (401") && hint.contains("NOT saved"), "{hint}");
+    assert!(!hint.contains("ended the upload early"), "{hint}");
+    assert_eq!(stderr.lines().filter(|l| l.contains("warning")).count(), 1, "{stderr}");
+    assert!(stderr.contains("401"), "{stderr}");
+    // Over the store's limit.
+    let (v, stderr) = spill_once(&Run::remote(&srv, dir.path())).await;
+    assert_eq!(v["stdout"]["save_error"]["cause"], "too_large");
+    assert!(v["stdout"]["hint"].as_str().unwrap().contains("over the store's size limit (413"));
+    assert!(stderr.contains("413"), "{stderr}");
+    // A refused connection, naming the URL.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let r = Run { url: Some(url.clone()), token: Some("t".into()), cwd: dir.path().to_path_buf() };
+    let (v, stderr) = spill_once(&r).await;
+    assert_eq!(v["stdout"]["save_error"]["cause"], "connection_refused");
+    let hint = v["stdout"]["hint"].as_str().unwrap();
+    assert!(hint.contains("connection refused") && hint.contains(url.trim_start_matches("http://")), "{hint}");
+    assert!(stderr.contains("connection refused"), "{stderr}");
+    // No answer within 3 s.
+    let r = Run { url: Some(silent_listener()), token: Some("t".into()), cwd: dir.path().to_path_buf() };
+    let (v, _) = spill_once(&r).await;
+    assert_eq!(v["stdout"]["save_error"]["cause"], "timeout");
+    assert!(v["stdout"]["hint"].as_str().unwrap().contains("no answer within 3 s"));
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn errors_name_the_url_the_file_and_the_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let r = Run { url: Some(format!("http://{addr}")), token: Some("t".into()), cwd: dir.path().to_path_buf() };
+    let e = r.run(&["read", &format!("blake3:{}", "a".repeat(64))], None).await;
+    let msg = String::from_utf8_lossy(&e.stderr);
+    assert!(!e.status.success() && msg.contains("connection refused") && msg.contains(&addr), "{msg}");
+    let local = Run::local(dir.path());
+    let e = local.run(&["--local", "out", "put", "/nonexistent/input.log"], None).await;
+    let msg = String::from_utf8_lossy(&e.stderr);
+    assert!(!e.status.success() && msg.contains("/nonexistent/input.log"), "{msg}");
+    let v = local.json(&["exec", "--limit", "10", "--", "seq", "1", "100"], None).await;
+    let digest = v["stdout"]["digest"].as_str().unwrap();
+    let e = local.run(&["--local", ".outputs", "get", digest, "-o", "/missing-dir/x"], None).await;
+    let msg = String::from_utf8_lossy(&e.stderr);
+    assert!(!e.status.success() && msg.contains("/missing-dir/x"), "{msg}");
+    let e = local.run(&["gate"], Some(b"[1, 2]")).await;
+    let msg = String::from_utf8_lossy(&e.stderr);
+    assert!(msg.contains("item 0") && msg.contains("invalid_argument") && !msg.contains("untagged"), "{msg}");
+    let e = local.run(&["--local", ".outputs", "grep", digest, ""], None).await;
+    let msg = String::from_utf8_lossy(&e.stderr);
+    assert!(msg.contains("pattern must be 1 to 4096 bytes") && msg.contains("400 invalid_argument"), "{msg}");
+    assert!(!msg.contains("InvalidArgument"), "no internal type names: {msg}");
+    let e = local.run(&["--local", "d", "bg", "--", "true"], None).await;
+    let msg = String::from_utf8_lossy(&e.stderr);
+    assert!(!e.status.success() && msg.contains("needs the store"), "{msg}");
+    let help = local.run(&["bg", "--help"], None).await;
+    assert!(!String::from_utf8_lossy(&help.stdout).contains("--local"), "bg does not offer --local");
+}
+
+#[tokio::test]
+async fn exec_behaves_like_a_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = Run::local(dir.path());
+    // A command that cannot start.
+    let v = r.json(&["exec", "--", "/nonexistent-cmd", "x"], None).await;
+    assert_eq!(v["exit_code"], 127);
+    assert!(v["stderr"]["result"].as_str().unwrap().contains("/nonexistent-cmd"), "{v}");
+    let v = r.json(&["exec", "--", "/dev/null"], None).await;
+    assert_eq!(v["exit_code"], 126);
+    // stdin reaches the command.
+    let v = r.json(&["exec", "--", "cat"], Some(b"x\n")).await;
+    assert_eq!(v["stdout"]["result"], "x\n");
+    // --timeout stops the whole group: the background sleeper too.
+    let pidfile = dir.path().join("timeout.pid");
+    let script = format!("sleep 30 & echo $! > {}; sleep 31", pidfile.display());
+    let start = Instant::now();
+    let v = r.json(&["exec", "--timeout", "1", "--", "sh", "-c", &script], None).await;
+    // Generous: the timeout is 1 s and KILL follows 2 s later; this only guards a hang.
+    assert!(start.elapsed() < Duration::from_secs(20), "took {:?}", start.elapsed());
+    assert_eq!(v["timed_out"], true);
+    assert_eq!(v["signal"], 15);
+    assert_gone(&pidfile).await;
+    // Without a timeout the JSON has no timed_out at all.
+    let v = r.json(&["exec", "--", "true"], None).await;
+    assert!(v.get("timed_out").is_none() && v["exit_code"] == 0);
+}
+
+/// Waits until the process whose pid is in `pidfile` is gone (or a zombie).
+async fn assert_gone(pidfile: &std::path::Path) {
+    let pid: i32 = std::fs::read_to_string(pidfile).unwrap().trim().parse().unwrap();
+    let gone = tokio::time::timeout(Duration::from_secs(20), async {
+        while std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z")
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "process {pid} was left running");
+}
+
+#[tokio::test]
+async fn terminating_exec_stops_the_command_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("sleeper.pid");
+    let script = format!("sleep 30 & echo $! > {}; sleep 31", pidfile.display());
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let _ = std::fs::remove_file(&pidfile);
+        let child = tokio::process::Command::new(BIN)
+            .args(["exec", "--local", ".outputs", "--", "sh", "-c", &script])
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The pid file appears once the command runs: the event itself, not a sleep.
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while std::fs::read_to_string(&pidfile).map_or(true, |s| !s.ends_with('\n')) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the command started");
+        // SAFETY: signalling a child we spawned.
+        unsafe { libc::kill(child.id().unwrap() as i32, sig) };
+        let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output()).await.unwrap().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["signal"], 15, "the command's group got TERM");
+        assert_gone(&pidfile).await;
+    }
+}
+
+#[tokio::test]
+async fn local_hints_name_only_capped_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = Run::local(dir.path());
+    let v = r.json(&["exec", "--limit", "1000", "--", "seq", "1", "100000"], None).await;
+    let hint = v["stdout"]["hint"].as_str().unwrap();
+    for raw in ["sed ", "cat ", "grep -n", "tail -n", "head "] {
+        assert!(!hint.contains(raw), "{raw:?} in {hint}");
+    }
+    assert!(hint.contains("spillway read --local") && hint.contains("spillway grep --local"), "{hint}");
+    assert!(hint.contains("next_line") && hint.contains("next_offset"), "the cursor rule: {hint}");
+    // The hint's own command works as written.
+    let cmd = hint.split('`').nth(1).unwrap();
+    let args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
+    let page = r.json(&args, None).await;
+    let line = page["start_line"].as_u64().unwrap();
+    assert!(line > 1 && cmd.contains(&format!("--line {line} ")), "{cmd}");
+    assert!(page["content"].as_str().unwrap().starts_with(&format!("{line}\n")));
+}
+
+#[tokio::test]
+async fn background_tasks_record_how_they_ended() {
+    let srv = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let r = Run::remote(&srv, dir.path());
+    let v = r.json(&["bg", "--label", "session=s-7", "--", "sh", "-c", "echo hi; exit 3"], None).await;
+    let id = v["stream"].as_str().unwrap().to_owned();
+    assert!(v["pid"].as_u64().unwrap() > 1);
+    let out = tokio::time::timeout(Duration::from_secs(30), r.run(&["tail", "-f", "--raw", &id], None)).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n", "--raw prints the text itself");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exited with code 3"));
+    let c = spillway_client::StoreClient::new(&srv.url, &srv.token);
+    let info = c.stream_info(&id).await.unwrap();
+    assert_eq!((info.exit_code, info.signal.as_deref(), info.capped), (Some(3), None, false));
+    // The sealed output carries the label: SREs find a session's outputs.
+    let refs = r.json(&["refs", "--label", "session=s-7"], None).await;
+    assert_eq!(refs["refs"].as_array().unwrap().len(), 1);
+    // A task killed through its pid records the signal.
+    let v = r.json(&["bg", "--", "sleep", "30"], None).await;
+    let (id, pid) = (v["stream"].as_str().unwrap().to_owned(), v["pid"].as_u64().unwrap() as i32);
+    // SAFETY: signalling the supervisor we started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let out = tokio::time::timeout(Duration::from_secs(30), r.run(&["tail", "-f", &id], None)).await.unwrap();
+    assert!(out.status.success());
+    let info = c.stream_info(&id).await.unwrap();
+    assert_eq!((info.exit_code, info.signal.as_deref()), (None, Some("TERM")));
+    // A missing command is 127 on the stream, like a shell.
+    let v = r.json(&["bg", "--", "/nonexistent-cmd"], None).await;
+    let id = v["stream"].as_str().unwrap().to_owned();
+    tokio::time::timeout(Duration::from_secs(30), r.run(&["tail", "-f", &id], None)).await.unwrap();
+    assert_eq!(c.stream_info(&id).await.unwrap().exit_code, Some(127));
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn sre_commands_round_trip() {
+    let srv = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let r = Run::remote(&srv, dir.path());
+    let file = dir.path().join("incident.log");
+    let text: String =
+        (1..=1000).map(|i| if i % 100 == 0 { format!("ERROR {i}\n") } else { format!("ok {i}\n") }).collect();
+    std::fs::write(&file, &text).unwrap();
+    let rec = r.json(&["put", file.to_str().unwrap(), "--label", "incident=inc-42", "--ttl", "3600"], None).await;
+    let digest = rec["digest"].as_str().unwrap().to_owned();
+    let hex = digest.trim_start_matches("blake3:").to_owned();
+    // stat gives the same record, by the bare hex that b3sum prints too.
+    let stat = r.json(&["stat", &hex], None).await;
+    for field in ["digest", "sha256", "size", "lines", "expires_at"] {
+        assert_eq!(stat[field], rec[field], "{field}");
+    }
+    // grep with context, by bare hex.
+    let g = r.json(&["grep", &hex, "^ERROR", "-C", "1", "--max-matches", "2"], None).await;
+    assert_eq!(g["matches"][0]["line"], 100);
+    assert_eq!(g["matches"][0]["before"][0]["text"], "ok 99");
+    assert_eq!(g["matches"][0]["after"][0]["text"], "ok 101");
+    let refs = r.json(&["refs", "--label", "incident=inc-42"], None).await;
+    assert_eq!(refs["refs"][0]["digest"], digest.as_str());
+    // pin until a time, then forever; rm drops every reference.
+    let until = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 86_400 * 30)
+        .to_string();
+    let pinned = r.json(&["pin", &digest, "--until", &until, "--reason", "inc-42"], None).await;
+    assert!(pinned["expires_at"].as_str().is_some());
+    let pinned = r.json(&["pin", &digest], None).await;
+    assert!(pinned["expires_at"].is_null());
+    assert!(r.json(&["stat", &digest], None).await["expires_at"].is_null(), "a pin never expires");
+    let rm = r.json(&["rm", &digest], None).await;
+    assert_eq!(rm["removed"], true);
+    let e = r.run(&["stat", &digest], None).await;
+    let msg = String::from_utf8_lossy(&e.stderr);
+    assert!(!e.status.success() && msg.contains("not found in this namespace"), "{msg}");
     srv.stop().await;
 }

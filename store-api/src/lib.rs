@@ -13,7 +13,7 @@ mod types;
 
 pub use digest::{AnyDigest, Digest, DigestError, Sha256Digest};
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
-pub use receipt::{Receipt, ShownRange};
+pub use receipt::{Receipt, SaveError, SaveFailure, ShownRange};
 pub use types::*;
 
 /// No call of the capped read or grep API returns more content bytes than this.

@@ -36,4 +36,39 @@ pub struct Receipt {
     /// How to get the rest, written at the moment of truncation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// Why the full output was not saved, when `saved` is false: a typed cause an agent
+    /// platform can alert on (a refused token loses every spill of a worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub save_error: Option<SaveError>,
+}
+
+/// Why a spill failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SaveError {
+    /// The cause, by kind.
+    pub cause: SaveFailure,
+    /// The cause in plain words, naming the store's URL or the directory.
+    pub message: String,
+}
+
+/// The kinds of spill failure a platform tells apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaveFailure {
+    /// The store refused the token (401).
+    Unauthorized,
+    /// The token may not write (403).
+    Forbidden,
+    /// The output is over the store's size limit (413).
+    TooLarge,
+    /// Nothing listens at the store's address.
+    ConnectionRefused,
+    /// The store did not answer within the save deadline (3 s).
+    Timeout,
+    /// The store is out of space (507) or down (503).
+    StoreUnavailable,
+    /// A local directory could not be written.
+    LocalIo,
+    /// Anything else.
+    Other,
 }

@@ -71,6 +71,22 @@ pub struct GrepMatch {
     /// True when `text` is only part of the line.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shortened: bool,
+    /// Context lines before the match (`before=N`), those not already shown with the previous match.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub before: Vec<ContextLine>,
+    /// Context lines after the match (`after=N`), up to the next match.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<ContextLine>,
+}
+
+/// A line shown around a match.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ContextLine {
+    /// 1-based line number.
+    pub line: u64,
+    /// The line (without its `\n`), shortened when over-long.
+    pub text: String,
 }
 
 /// The answer of `grep`.
@@ -133,6 +149,28 @@ pub struct StreamInfo {
     pub digest: Option<String>,
     /// Its cap.
     pub max_bytes: u64,
+    /// The task's exit code, once its supervisor sealed the stream saying so.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// The signal that ended the task (`TERM`, `KILL`, …), likewise.
+    #[serde(default)]
+    pub signal: Option<String>,
+    /// True when the stream reached its cap (the task was stopped there).
+    #[serde(default)]
+    pub capped: bool,
+}
+
+/// Optional body of `POST /v1/streams/{id}/seal`: how the task ended, from its supervisor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SealRequest {
+    /// Exit code, when the task exited.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// Signal name without `SIG` (`TERM`, `KILL`, …), when a signal ended it.
+    #[serde(default)]
+    pub signal: Option<String>,
 }
 
 /// Answer of a successful append.
@@ -180,6 +218,10 @@ pub struct PinRequest {
     /// Why it is kept (an incident's id, say).
     #[serde(default)]
     pub reason: Option<String>,
+    /// Keep it until this time (Unix seconds) instead of forever: a reference that expires
+    /// then, which `DELETE …/pin` does not remove.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<u64>,
 }
 
 /// Summary line of one retention pass.

@@ -61,8 +61,17 @@ impl Caller {
     }
 }
 
-/// How long a token found in the database is trusted without asking again.
-const TOKEN_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+/// Where the request log finds the caller's namespace once the token has been checked.
+#[derive(Debug, Clone, Default)]
+pub struct NamespaceSlot(std::sync::Arc<std::sync::OnceLock<String>>);
+
+impl NamespaceSlot {
+    /// The namespace, when a token was accepted.
+    pub fn get(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
+}
+
 /// Most tokens kept; the cache is emptied when it is full.
 const TOKEN_CACHE_MAX: usize = 10_000;
 
@@ -73,9 +82,9 @@ pub struct TokenCache {
 }
 
 impl TokenCache {
-    fn get(&self, hash: &str) -> Option<Caller> {
+    fn get(&self, hash: &str, ttl: std::time::Duration) -> Option<Caller> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(hash).filter(|(_, at)| at.elapsed() < TOKEN_CACHE_TTL).map(|(c, _)| c.clone())
+        map.get(hash).filter(|(_, at)| at.elapsed() < ttl).map(|(c, _)| c.clone())
     }
 
     fn put(&self, hash: String, caller: Caller) {
@@ -112,28 +121,48 @@ pub async fn create_token(db: &crate::db::Db, namespace: &str, scopes: &[Scope],
     Ok(token)
 }
 
+/// The token of an `Authorization` header: the scheme is case-insensitive (RFC 9110 §11.1).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() && token.len() <= 256).then_some(token)
+}
+
+async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
+    let header = parts
+        .headers
+        .get(AUTHORIZATION)
+        .ok_or(ApiError::Unauthorized("missing Authorization: Bearer <token> header"))?;
+    let token = header
+        .to_str()
+        .ok()
+        .and_then(bearer)
+        .ok_or(ApiError::Unauthorized("malformed Authorization header: expected Bearer <token>"))?;
+    let hash = hash_token(token);
+    if let Some(caller) = state.token_cache.get(&hash, state.config.token_cache_ttl) {
+        return Ok(caller);
+    }
+    let row = state.db.find_token(&hash).await?.ok_or(ApiError::Unauthorized("unknown token"))?;
+    // Marked used at most once per cache period per replica: no write per request.
+    let (db, now, h) = (state.db.clone(), state.now(), hash.clone());
+    tokio::spawn(async move {
+        if let Err(e) = db.touch_token(&h, now).await {
+            tracing::debug!(cause = %e, "could not record a token's last use");
+        }
+    });
+    let caller = Caller { namespace: row.namespace, scopes: row.scopes };
+    state.token_cache.put(hash, caller.clone());
+    Ok(caller)
+}
+
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let header = parts
-            .headers
-            .get(AUTHORIZATION)
-            .ok_or(ApiError::Unauthorized("missing Authorization: Bearer <token> header"))?;
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|t| !t.is_empty() && t.len() <= 256)
-            .ok_or(ApiError::Unauthorized("malformed Authorization header: expected Bearer <token>"))?;
-        let hash = hash_token(token);
-        if let Some(caller) = state.token_cache.get(&hash) {
-            return Ok(caller);
+        let caller = authenticate(parts, state).await?;
+        if let Some(slot) = parts.extensions.get::<NamespaceSlot>() {
+            let _ = slot.0.set(caller.namespace.clone());
         }
-        let row = state.db.find_token(&hash).await?.ok_or(ApiError::Unauthorized("unknown token"))?;
-        let caller = Caller { namespace: row.namespace, scopes: row.scopes };
-        state.token_cache.put(hash, caller.clone());
         Ok(caller)
     }
 }

@@ -1,5 +1,5 @@
 //! The server's one configuration. Every field maps to a flag and an environment variable
-//! (see `Args` in `main.rs`); defaults are the embedded single-machine setup.
+//! (see `Opts` in `main.rs`); defaults are the embedded single-machine setup.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,13 +27,18 @@ pub struct Config {
     pub retention_grace: Duration,
     /// After this long, a deletion that a crashed pass left half-done is finished by the next.
     pub deletion_lease: Duration,
+    /// How long a replica trusts a token it has checked: a revoked token is refused by every
+    /// replica within this long.
+    pub token_cache_ttl: Duration,
 }
 
 impl Config {
-    /// The embedded default rooted at `data_dir`.
+    /// The embedded default rooted at `data_dir`; a relative directory is taken from the
+    /// working directory now, so the URLs built from it are absolute.
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        let data_dir = data_dir.into();
         Self {
-            data_dir: data_dir.into(),
+            data_dir: std::path::absolute(&data_dir).unwrap_or(data_dir),
             database_url: None,
             blob_store: None,
             max_blob_bytes: 1 << 30,
@@ -43,6 +48,7 @@ impl Config {
             retention_interval: Duration::from_secs(3600),
             retention_grace: Duration::from_secs(3600),
             deletion_lease: Duration::from_secs(300),
+            token_cache_ttl: Duration::from_secs(30),
         }
     }
 
@@ -55,6 +61,9 @@ impl Config {
 
     /// The blob store URL in force.
     pub fn blob_store_url(&self) -> String {
-        self.blob_store.clone().unwrap_or_else(|| format!("file://{}", self.data_dir.join("blobs").display()))
+        self.blob_store.clone().unwrap_or_else(|| {
+            let dir = self.data_dir.join("blobs");
+            url::Url::from_file_path(&dir).map_or_else(|()| format!("file://{}", dir.display()), String::from)
+        })
     }
 }

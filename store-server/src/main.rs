@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use spillway_server::auth::{create_token, Scope};
-use spillway_server::clock::SystemClock;
+use spillway_server::clock::{rfc3339, SystemClock};
 use spillway_server::Config;
 
 /// The Spillway store: content-addressed, deduplicated storage for AI agents' tool outputs.
@@ -24,8 +24,11 @@ struct Cli {
 #[derive(Args, Debug)]
 struct Opts {
     /// Address to listen on.
-    #[arg(long, env = "SPILLWAY_LISTEN", default_value = "127.0.0.1:7745", global = true)]
+    #[arg(long, env = "SPILLWAY_LISTEN", default_value = "127.0.0.1:7745")]
     listen: SocketAddr,
+    /// Log lines as text or JSON.
+    #[arg(long, env = "SPILLWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
     /// Directory for the SQLite database, the blob directory and the first-start token.
     #[arg(long, env = "SPILLWAY_DATA_DIR", default_value = "./spillway-data", global = true)]
     data_dir: PathBuf,
@@ -42,16 +45,19 @@ struct Opts {
     #[arg(long, env = "SPILLWAY_RETENTION_GRACE", default_value_t = 3600, global = true)]
     retention_grace: u64,
     /// Largest blob an upload may carry, in bytes.
-    #[arg(long, env = "SPILLWAY_MAX_BLOB_BYTES", default_value_t = 1 << 30, global = true)]
+    #[arg(long, env = "SPILLWAY_MAX_BLOB_BYTES", default_value_t = 1 << 30)]
     max_blob_bytes: u64,
     /// TTL of a reference when an upload names none, in seconds.
-    #[arg(long, env = "SPILLWAY_DEFAULT_TTL", default_value_t = 7 * 24 * 3600, global = true)]
+    #[arg(long, env = "SPILLWAY_DEFAULT_TTL", default_value_t = 7 * 24 * 3600)]
     default_ttl: u64,
     /// Longest TTL an upload may ask for, in seconds.
-    #[arg(long, env = "SPILLWAY_MAX_TTL", default_value_t = 90 * 24 * 3600, global = true)]
+    #[arg(long, env = "SPILLWAY_MAX_TTL", default_value_t = 90 * 24 * 3600)]
     max_ttl: u64,
+    /// Seconds a replica trusts a token it has checked (a revoked token is refused within this).
+    #[arg(long, env = "SPILLWAY_TOKEN_CACHE_TTL", default_value_t = 30)]
+    token_cache_ttl: u64,
     /// Default and maximum size of a stream, in bytes.
-    #[arg(long, env = "SPILLWAY_MAX_STREAM_BYTES", default_value_t = 50 << 20, global = true)]
+    #[arg(long, env = "SPILLWAY_MAX_STREAM_BYTES", default_value_t = 50 << 20)]
     max_stream_bytes: u64,
 }
 
@@ -72,6 +78,13 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum TokenCommand {
+    /// List tokens, one JSON object per line (never the token itself).
+    List,
+    /// Revoke a token by the id `token list` shows; every replica refuses it within 30 s.
+    Revoke {
+        /// The token's id.
+        id: String,
+    },
     /// Create a token and print it on stdout.
     Create {
         /// The namespace it belongs to.
@@ -88,8 +101,12 @@ fn parse_scope(s: &str) -> Result<Scope, String> {
 }
 
 impl Opts {
-    fn config(&self) -> Config {
-        let mut c = Config::new(&self.data_dir);
+    fn config(&self) -> anyhow::Result<Config> {
+        // Relative to the working directory, and absolute from here on: `file://` URLs and
+        // the token file are built from it.
+        let data_dir = std::path::absolute(&self.data_dir)
+            .with_context(|| format!("cannot resolve the data directory {}", self.data_dir.display()))?;
+        let mut c = Config::new(data_dir);
         c.database_url = self.database_url.clone();
         c.blob_store = self.blob_store.clone();
         c.retention_interval = Duration::from_secs(self.retention_interval.max(1));
@@ -98,20 +115,36 @@ impl Opts {
         c.default_ttl = Duration::from_secs(self.default_ttl);
         c.max_ttl = Duration::from_secs(self.max_ttl);
         c.max_stream_bytes = self.max_stream_bytes;
-        c
+        c.token_cache_ttl = Duration::from_secs(self.token_cache_ttl.min(30));
+        Ok(c)
+    }
+}
+
+/// How log lines are written.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default)]
+enum LogFormat {
+    /// One human-readable line per event; colour only on a terminal.
+    #[default]
+    Text,
+    /// One JSON object per event, for log shippers.
+    Json,
+}
+
+fn init_tracing(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => builder.json().with_current_span(false).init(),
     }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
-    let state = spillway_server::build_state(cli.opts.config(), Arc::new(SystemClock)).await?;
+    init_tracing(cli.opts.log_format);
+    let state = spillway_server::build_state(cli.opts.config()?, Arc::new(SystemClock)).await?;
     match cli.command {
         None => {
             spillway_server::ensure_first_token(&state).await?;
@@ -124,6 +157,22 @@ async fn main() -> anyhow::Result<()> {
         Some(Command::Token { command: TokenCommand::Create { namespace, scopes } }) => {
             let token = create_token(&state.db, &namespace, &scopes, state.now()).await?;
             println!("{token}");
+        }
+        Some(Command::Token { command: TokenCommand::List }) => {
+            for t in state.db.list_tokens().await? {
+                let line = serde_json::json!({
+                    "id": t.id,
+                    "namespace": t.namespace,
+                    "scopes": t.scopes,
+                    "created_at": rfc3339(t.created_at),
+                    "last_used_at": t.last_used_at.map(rfc3339),
+                });
+                println!("{line}");
+            }
+        }
+        Some(Command::Token { command: TokenCommand::Revoke { id } }) => {
+            anyhow::ensure!(state.db.revoke_token(&id).await?, "no token has id {id:?} (see `token list`)");
+            eprintln!("revoked {id}: every replica refuses it within 30 seconds");
         }
         Some(Command::Retention { dry_run }) => {
             let summary = spillway_server::run_retention_once(&state, dry_run).await?;

@@ -19,56 +19,139 @@ fn run(args: &[&str], data: &std::path::Path) -> std::process::Output {
         .unwrap()
 }
 
-#[test]
-fn default_start_writes_a_token_and_serves() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("spillway-data");
+/// A running `spillway-server` and the address it logged.
+struct Server {
+    child: std::process::Child,
+    addr: String,
+    log: Vec<String>,
+    later: std::sync::mpsc::Receiver<String>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the binary in `cwd` with `args` and nothing from the environment's SPILLWAY_*.
+fn start(cwd: &std::path::Path, args: &[&str]) -> Server {
     let mut child = Command::new(BIN)
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&data)
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("SPILLWAY_DATA_DIR")
+        .env_remove("SPILLWAY_DATABASE_URL")
+        .env_remove("SPILLWAY_BLOB_STORE")
+        .env_remove("SPILLWAY_LISTEN")
+        .env_remove("RUST_LOG")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let mut log = BufReader::new(child.stderr.take().unwrap());
-    let (mut said_token, mut addr) = (false, None);
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let (mut log, mut addr) = (Vec::new(), None);
+    // A generous bound that only guards a hang: start-up takes well under a second here.
     let start = Instant::now();
     let mut line = String::new();
     while addr.is_none() && start.elapsed() < Duration::from_secs(30) {
         line.clear();
-        if log.read_line(&mut line).unwrap() == 0 {
+        if stderr.read_line(&mut line).unwrap() == 0 {
             break;
         }
-        said_token |= line.contains("token") && line.contains(data.join("token").to_str().unwrap());
         if let Some(i) = line.find("addr=") {
             addr = Some(line[i + 5..].split_whitespace().next().unwrap().to_owned());
+        } else if let Some(i) = line.find("\"addr\":\"") {
+            addr = Some(line[i + 8..].split('"').next().unwrap().to_owned());
         }
+        log.push(line.clone());
     }
-    let addr = addr.expect("the server logs where it listens");
-    assert!(said_token, "the first start says where the token is");
-    let meta = std::fs::metadata(data.join("token")).unwrap();
-    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    let token = std::fs::read_to_string(data.join("token")).unwrap();
-    // Plain HTTP/1.1 by hand: the server answers /healthz and authenticates the token.
+    let addr = addr.unwrap_or_else(|| panic!("the server logs where it listens; it said: {log:?}"));
+    // Keep reading the log so the server never blocks on a full pipe; tests look at it later.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Server { child, addr, log, later: rx }
+}
+
+impl Server {
+    /// Log lines written since start-up, waiting until one satisfies `until` (bounded).
+    fn log_until(&self, until: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut lines = Vec::new();
+        while let Ok(line) = self.later.recv_timeout(Duration::from_secs(10)) {
+            let done = until(&line);
+            lines.push(line);
+            if done {
+                break;
+            }
+        }
+        lines
+    }
+}
+
+/// Plain HTTP/1.1 by hand, so the test depends on no client of ours.
+fn ask(addr: &str, req: &str) -> String {
     use std::io::{Read, Write};
-    let ask = |req: String| {
-        let mut s = std::net::TcpStream::connect(&addr).unwrap();
-        s.write_all(req.as_bytes()).unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    };
-    assert!(ask("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".into()).starts_with("HTTP/1.1 200"));
-    let refs = ask(format!(
-        "GET /v1/refs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
-        token.trim()
-    ));
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn get_refs(addr: &str, token: &str) -> String {
+    ask(
+        addr,
+        &format!("GET /v1/refs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+#[test]
+fn default_start_writes_a_token_and_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("spillway-data");
+    let server = start(dir.path(), &["--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()]);
+    let token_path = data.join("token");
+    assert!(
+        server.log.iter().any(|l| l.contains("token") && l.contains(token_path.to_str().unwrap())),
+        "the first start says where the token is: {:?}",
+        server.log
+    );
+    let meta = std::fs::metadata(&token_path).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let token = std::fs::read_to_string(&token_path).unwrap();
+    let health = ask(&server.addr, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let refs = get_refs(&server.addr, token.trim());
     assert!(refs.starts_with("HTTP/1.1 200"), "{refs}");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    assert!(get_refs(&server.addr, "spw_not-a-token").starts_with("HTTP/1.1 401"));
+    drop(server);
     assert!(data.join("spillway.db").exists() && data.join("blobs").is_dir());
+}
+
+/// The README's first command, literally: no flags but where to listen, in an empty directory.
+#[test]
+fn no_flags_in_an_empty_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &["--listen", "127.0.0.1:0"]);
+    let data = dir.path().join("spillway-data");
+    let token = std::fs::read_to_string(data.join("token")).expect("./spillway-data/token");
+    let refs = get_refs(&server.addr, token.trim());
+    assert!(refs.starts_with("HTTP/1.1 200"), "{refs}");
+    drop(server);
+    assert!(data.join("spillway.db").exists() && data.join("blobs").is_dir());
+    let stray: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(stray, vec![std::ffi::OsString::from("spillway-data")], "nothing outside the data directory");
+    // The subcommands find the same default from the same directory.
+    for args in [&["token", "create", "--namespace", "ci", "--scope", "read"][..], &["retention", "--dry-run"][..]] {
+        let out =
+            Command::new(BIN).args(args).current_dir(dir.path()).env_remove("SPILLWAY_DATA_DIR").output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 #[test]
@@ -92,4 +175,82 @@ fn token_create_and_retention_commands() {
             assert!(v[field].is_u64(), "{field} in {stdout}");
         }
     }
+}
+
+fn list_tokens(data: &std::path::Path) -> Vec<serde_json::Value> {
+    let out = run(&["token", "list"], data);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn tokens_are_listed_and_revoked() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let out = run(&["token", "create", "--namespace", "team-a", "--scope", "read"], &data);
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let listed = list_tokens(&data);
+    assert_eq!(listed.len(), 1);
+    let t = &listed[0];
+    assert_eq!(t["namespace"], "team-a");
+    assert_eq!(t["scopes"], serde_json::json!(["read"]));
+    assert!(t["created_at"].as_str().unwrap().ends_with('Z'));
+    assert!(t["last_used_at"].is_null(), "never used yet");
+    let id = t["id"].as_str().unwrap().to_owned();
+    let listing = serde_json::to_string(&listed).unwrap();
+    assert!(!listing.contains(&token) && !listing.contains(&token[4..20]), "the token is never shown");
+    // A running server accepts it, records its use, and refuses it once revoked.
+    let server =
+        start(dir.path(), &["--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(), "--token-cache-ttl", "1"]);
+    assert!(get_refs(&server.addr, &token).starts_with("HTTP/1.1 200"));
+    let used = (0..100).find_map(|_| {
+        let t = list_tokens(&data).pop().unwrap();
+        (!t["last_used_at"].is_null()).then_some(t).or_else(|| {
+            std::thread::sleep(Duration::from_millis(50)); // polling a record written asynchronously
+            None
+        })
+    });
+    assert!(used.is_some(), "last_used_at is recorded");
+    let out = run(&["token", "revoke", &id], &data);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(list_tokens(&data).is_empty());
+    // Refused within the cache period (1 s here, 30 s by default); polled, not slept through.
+    let start = Instant::now();
+    while !get_refs(&server.addr, &token).starts_with("HTTP/1.1 401") {
+        assert!(start.elapsed() < Duration::from_secs(15), "the revoked token is still accepted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let again = run(&["token", "revoke", &id], &data);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("no token has id"));
+}
+
+#[test]
+fn one_log_line_per_request_without_colour_or_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &["--listen", "127.0.0.1:0"]);
+    let token = std::fs::read_to_string(dir.path().join("spillway-data/token")).unwrap();
+    assert!(get_refs(&server.addr, token.trim()).starts_with("HTTP/1.1 200"));
+    assert!(get_refs(&server.addr, "spw_wrong").starts_with("HTTP/1.1 401"));
+    let lines = server.log_until(|l| l.contains("status=401"));
+    let requests: Vec<&String> = lines.iter().filter(|l| l.contains("request")).collect();
+    assert_eq!(requests.len(), 2, "{lines:?}");
+    assert!(requests[0].contains("method=GET") && requests[0].contains("route=/v1/refs"));
+    assert!(requests[0].contains("status=200") && requests[0].contains("namespace=\"default\""), "{}", requests[0]);
+    assert!(requests[0].contains("ms=") && requests[0].contains("bytes="), "{}", requests[0]);
+    assert!(requests[1].contains("status=401") && requests[1].contains("namespace=\"-\""), "{}", requests[1]);
+    for l in lines.iter().chain(&server.log) {
+        assert!(!l.contains('\u{1b}'), "no colour codes off a terminal: {l:?}");
+        assert!(!l.contains(token.trim()) && !l.contains("spw_wrong"), "never a token: {l}");
+    }
+    drop(server);
+    // JSON lines for log shippers.
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &["--listen", "127.0.0.1:0", "--log-format", "json"]);
+    assert!(get_refs(&server.addr, "spw_wrong").starts_with("HTTP/1.1 401"));
+    let lines = server.log_until(|l| l.contains("401"));
+    let line = lines.iter().find(|l| l.contains("\"request\"")).expect("a request line");
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(v["fields"]["status"], 401);
+    assert_eq!(v["fields"]["route"], "/v1/refs");
+    assert_eq!(v["level"], "INFO");
 }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use regex::bytes::Regex;
 
-use crate::{GrepMatch, GrepResponse, ReadPage, READ_CAP};
+use crate::{ContextLine, GrepMatch, GrepResponse, ReadPage, READ_CAP};
 use lines::Checkpoint;
 
 /// Why a page could not be cut.
@@ -75,23 +75,49 @@ pub fn utf8_cut(page: &[u8]) -> usize {
     len
 }
 
-/// Turns raw bytes into content of at most [`READ_CAP`] bytes. Returns the text, how many raw
-/// bytes it covers, and whether invalid UTF-8 was replaced (replacement can grow the text).
-pub fn to_content(raw: &[u8]) -> (String, usize, bool) {
-    let mut used = raw.len();
-    loop {
-        match std::str::from_utf8(&raw[..used]) {
-            Ok(s) => return (s.to_owned(), used, false),
-            Err(_) => {
-                let text = String::from_utf8_lossy(&raw[..used]).into_owned();
-                if text.len() <= READ_CAP {
-                    return (text, used, true);
-                }
-                let shrink = (text.len() - READ_CAP).max(1);
-                used = utf8_cut(&raw[..used.saturating_sub(shrink)]);
+/// Raw bytes turned into page content.
+#[derive(Debug)]
+pub struct Content {
+    /// The text: at most [`READ_CAP`] UTF-8 bytes, invalid sequences replaced by U+FFFD.
+    pub text: String,
+    /// How many raw bytes the text covers (a prefix of the input).
+    pub used: usize,
+    /// Whether invalid UTF-8 was replaced.
+    pub lossy: bool,
+    /// Whether the cap stopped the text before the end of the input (replacement characters
+    /// take three bytes, so a binary page covers fewer raw bytes than it asked for).
+    pub cut: bool,
+}
+
+/// Turns raw bytes into content of at most [`READ_CAP`] UTF-8 bytes, in one pass: the cap
+/// counts what the reader receives, after replacement.
+pub fn to_content(raw: &[u8]) -> Content {
+    let mut text = String::with_capacity(raw.len().min(READ_CAP));
+    let (mut used, mut lossy) = (0usize, false);
+    for chunk in raw.utf8_chunks() {
+        let valid = chunk.valid();
+        let room = READ_CAP - text.len();
+        if valid.len() > room {
+            let mut cut = room;
+            while !valid.is_char_boundary(cut) {
+                cut -= 1;
             }
+            text.push_str(&valid[..cut]);
+            return Content { text, used: used + cut, lossy, cut: true };
+        }
+        text.push_str(valid);
+        used += valid.len();
+        let invalid = chunk.invalid();
+        if !invalid.is_empty() {
+            if READ_CAP - text.len() < char::REPLACEMENT_CHARACTER.len_utf8() {
+                return Content { text, used, lossy, cut: true };
+            }
+            text.push(char::REPLACEMENT_CHARACTER);
+            used += invalid.len();
+            lossy = true;
         }
     }
+    Content { text, used, lossy, cut: false }
 }
 
 fn char_width(lead: u8) -> usize {
@@ -140,14 +166,27 @@ pub async fn byte_page(src: &dyn Source, offset: u64, limit: u64) -> PageResult<
         0 => &ahead[..char_width(raw[0]).min(ahead.len())], // a limit smaller than one character
         n => &raw[..n],
     };
-    let (content, used, lossy) = to_content(raw);
+    let content = to_content(raw);
     let start_line = 1 + cp.newlines + newlines(pre);
-    let shown = &raw[..used];
+    let page_end = offset + content.used as u64;
+    // Cut short by the cap: by bytes (a limit over it) or by what replacement added.
+    let capped = content.cut || (limit > READ_CAP as u64 && page_end < size.min(offset.saturating_add(limit)));
+    Ok(finish_page(src, offset, start_line, content, capped))
+}
+
+/// Fills in a page's cursors from what it shows. The cursor rule: `next_line` only when the
+/// page ends at the end of a line, so a reader that follows `next_line` when given and
+/// `next_offset` otherwise reads every byte exactly once.
+fn finish_page(src: &dyn Source, offset: u64, start_line: u64, content: Content, capped: bool) -> ReadPage {
+    let size = src.size();
+    let Content { text, used, lossy, .. } = content;
     let page_end = offset + used as u64;
     let eof = page_end == size;
-    let ends_line = shown.last() == Some(&b'\n');
-    let end_line = start_line + newlines(&shown[..used.saturating_sub(1)]);
-    Ok(ReadPage {
+    // Replacement never makes or removes a `\n`: the text's newlines are the raw bytes'.
+    let shown_newlines = newlines(text.as_bytes());
+    let ends_line = text.ends_with('\n');
+    let end_line = if ends_line { start_line + shown_newlines - 1 } else { start_line + shown_newlines };
+    ReadPage {
         digest: src.digest(),
         total_size: size,
         total_lines: src.total_lines(),
@@ -156,12 +195,12 @@ pub async fn byte_page(src: &dyn Source, offset: u64, limit: u64) -> PageResult<
         next_offset: (!eof).then_some(page_end),
         eof,
         start_line,
-        end_line,
-        next_line: (!eof).then_some(if ends_line { end_line + 1 } else { end_line }),
-        capped: !eof && limit >= READ_CAP as u64 && page_end - offset + 4 >= READ_CAP as u64,
+        end_line: end_line.max(start_line),
+        next_line: (!eof && ends_line).then_some(end_line + 1),
+        capped,
         lossy,
-        content,
-    })
+        content: text,
+    }
 }
 
 /// Byte offset where 1-based `line` starts (`size` for the line after the last).
@@ -224,7 +263,7 @@ pub async fn line_page(src: &dyn Source, line: u64, lines: u64) -> PageResult<Re
     }
     let (start, window) = locate_page(src, line).await?;
     let end = start + window.len() as u64;
-    let mut taken = 0u64;
+    let mut taken = 0u64; // whole lines found, to tell a cut by `lines` from a cut by the cap
     let mut len = 0usize;
     for i in memchr::memchr_iter(b'\n', &window) {
         taken += 1;
@@ -236,38 +275,47 @@ pub async fn line_page(src: &dyn Source, line: u64, lines: u64) -> PageResult<Re
     let mut capped = false;
     if taken < lines && len < window.len() {
         if end == size {
-            taken += 1; // the last line, without a final newline
-            len = window.len();
+            len = window.len(); // the last line, without a final newline
         } else if taken == 0 {
             len = utf8_cut(&window).max(1); // one line longer than the cap: go on by bytes
-            taken = 1;
             capped = true;
         } else {
             capped = true;
         }
     }
-    let (content, used, lossy) = to_content(&window[..len]);
-    let page_end = start + used as u64;
-    let eof = page_end == size;
-    let mut next_line = line + taken;
-    if used < len {
-        next_line = line + newlines(&window[..used]);
+    let mut content = to_content(&window[..len]);
+    if content.cut {
+        // Replacement made the lines too long for the cap: keep the whole lines that fit.
+        if let Some(nl) = memchr::memrchr(b'\n', &window[..content.used]) {
+            content = to_content(&window[..nl + 1]);
+            content.cut = true;
+        }
     }
-    Ok(ReadPage {
-        digest: src.digest(),
-        total_size: size,
-        total_lines,
-        offset: start,
-        length: used as u64,
-        next_offset: (!eof).then_some(page_end),
-        eof,
-        start_line: line,
-        end_line: (line + taken).saturating_sub(1).max(line),
-        next_line: (!eof).then_some(next_line),
-        capped,
-        lossy,
-        content,
-    })
+    let capped = capped || content.cut;
+    Ok(finish_page(src, start, line, content, capped))
+}
+
+/// Longest grep pattern, in bytes.
+pub const MAX_PATTERN: usize = 4096;
+/// Compiled-size limit of a pattern: a pattern past it is an error, never a stall.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// Most context lines asked for on either side of a match.
+pub const MAX_CONTEXT: usize = 100;
+
+/// Compiles a grep pattern with the limits every backend shares (the server and `--local`
+/// must refuse the same patterns).
+pub fn compile_pattern(pattern: &str, fixed: bool, ignore_case: bool) -> PageResult<Regex> {
+    if pattern.is_empty() || pattern.len() > MAX_PATTERN {
+        return Err(PageError::InvalidArgument(format!("pattern must be 1 to {MAX_PATTERN} bytes")));
+    }
+    let pattern = if fixed { regex::escape(pattern) } else { pattern.to_owned() };
+    regex::bytes::RegexBuilder::new(&pattern)
+        .case_insensitive(ignore_case)
+        .multi_line(true)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| PageError::InvalidArgument(format!("invalid pattern: {e}")))
 }
 
 /// What a grep call asks for.
@@ -279,6 +327,17 @@ pub struct GrepRequest<'a> {
     pub from_line: u64,
     /// Most matches to return.
     pub max_matches: usize,
+    /// Context lines before each match.
+    pub before: usize,
+    /// Context lines after each match.
+    pub after: usize,
+}
+
+impl<'a> GrepRequest<'a> {
+    /// A search from line 1 with no context and no match limit.
+    pub fn new(regex: &'a Regex) -> Self {
+        Self { regex, from_line: 1, max_matches: usize::MAX, before: 0, after: 0 }
+    }
 }
 
 fn shorten(line: &[u8], match_at: usize) -> (String, bool) {
@@ -295,31 +354,109 @@ fn shorten(line: &[u8], match_at: usize) -> (String, bool) {
     (String::from_utf8_lossy(slice).into_owned(), true)
 }
 
-/// Matching lines in order, capped at [`READ_CAP`] bytes of text and `max_matches`.
+fn context_line(line: u64, raw: &[u8]) -> ContextLine {
+    ContextLine { line, text: shorten(raw, 0).0 }
+}
+
+/// The lines of a window (which holds whole lines), by start and end offsets.
+fn line_spans(hay: &[u8]) -> impl DoubleEndedIterator<Item = (usize, usize)> + '_ {
+    let mut starts = vec![0usize];
+    starts.extend(memchr::memchr_iter(b'\n', hay).map(|i| i + 1).filter(|&i| i < hay.len()));
+    let spans: Vec<(usize, usize)> =
+        starts.iter().map(|&s| (s, memchr::memchr(b'\n', &hay[s..]).map_or(hay.len(), |i| s + i))).collect();
+    spans.into_iter()
+}
+
+/// Grep's answer as it is built: the text budget, and the context lines it still owes.
+struct GrepOut {
+    resp: GrepResponse,
+    text_bytes: usize,
+    /// Lines of the previous window's end, for the before-context of the next window's first matches.
+    recent: std::collections::VecDeque<ContextLine>,
+    /// After-context lines the last match still waits for (its window ended first).
+    owed_after: usize,
+}
+
+impl GrepOut {
+    fn last_shown(&self) -> u64 {
+        self.resp.matches.last().map_or(0, |m| m.after.last().map_or(m.line, |c| c.line))
+    }
+
+    /// Adds `m` if its text (and context) fit the cap; false when the cap is reached.
+    fn push(&mut self, mut m: GrepMatch) -> bool {
+        if let Some(last) = self.resp.matches.last_mut() {
+            last.after.retain(|c| c.line < m.line);
+        }
+        let shown = self.last_shown();
+        m.before.retain(|c| c.line > shown);
+        let size = m.text.len() + m.before.iter().map(|c| c.text.len()).sum::<usize>();
+        if self.text_bytes + size > READ_CAP {
+            return false;
+        }
+        self.text_bytes += size;
+        self.resp.matches.push(m);
+        true
+    }
+
+    /// Adds an after-context line to the last match, if it fits.
+    fn push_after(&mut self, c: ContextLine) -> bool {
+        if self.text_bytes + c.text.len() > READ_CAP {
+            return false;
+        }
+        self.text_bytes += c.text.len();
+        if let Some(last) = self.resp.matches.last_mut() {
+            last.after.push(c);
+        }
+        true
+    }
+}
+
+/// Matching lines in order, capped at [`READ_CAP`] bytes of text (context included) and
+/// `max_matches`.
 pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResponse> {
     let size = src.size();
     let total_lines = src.total_lines();
     if req.from_line == 0 {
         return Err(PageError::InvalidArgument("from_line starts at 1".into()));
     }
+    if req.max_matches == 0 {
+        return Err(PageError::InvalidArgument("max_matches must be at least 1".into()));
+    }
+    if req.before > MAX_CONTEXT || req.after > MAX_CONTEXT {
+        return Err(PageError::InvalidArgument(format!("context is at most {MAX_CONTEXT} lines")));
+    }
     if req.from_line > total_lines + 1 {
         return Err(past_end(format!("from_line {} is past the end ({total_lines} lines)", req.from_line), size));
     }
-    let mut out = GrepResponse { matches: Vec::new(), next_line: None, capped: false };
-    let mut text_bytes = 0usize;
+    let mut out = GrepOut {
+        resp: GrepResponse { matches: Vec::new(), next_line: None, capped: false },
+        text_bytes: 0,
+        recent: Default::default(),
+        owed_after: 0,
+    };
     let mut pos = line_start(src, req.from_line).await?;
     let scan_end = size.min(pos.saturating_add(GREP_SCAN_LIMIT));
     let mut cur_line = req.from_line;
     while pos < size {
         if pos >= scan_end {
-            out.next_line = Some(cur_line);
-            out.capped = true;
-            return Ok(out);
+            out.resp.next_line = Some(cur_line);
+            out.resp.capped = true;
+            return Ok(out.resp);
         }
         let buf = read_checked(src, pos, size.min(pos + WINDOW)).await?;
         let at_eof = pos + buf.len() as u64 == size;
         let usable = if at_eof { buf.len() } else { memchr::memrchr(b'\n', &buf).map_or(buf.len(), |i| i + 1) };
         let hay = &buf[..usable];
+        let first_line = cur_line;
+        // After-context owed by the previous window's last match.
+        for (n, (ls, le)) in line_spans(hay).take(out.owed_after).enumerate() {
+            if !out.push_after(context_line(first_line + n as u64, &hay[ls..le])) {
+                out.resp.next_line = Some(first_line + n as u64);
+                out.resp.capped = true;
+                return Ok(out.resp);
+            }
+            out.owed_after -= 1;
+        }
         let (mut at, mut counted) = (0usize, 0usize);
         while at < usable {
             let Some(m) = req.regex.find_at(hay, at) else {
@@ -330,29 +467,79 @@ pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResp
             cur_line += newlines(&hay[counted..ls]);
             counted = ls;
             at = le + 1;
-            if out.matches.last().is_some_and(|last| last.line == cur_line) {
+            if out.resp.matches.last().is_some_and(|last| last.line == cur_line) {
                 continue; // the same over-long line, continued from the previous window
             }
             let (text, shortened) = shorten(&hay[ls..le], m.start() - ls);
-            if text_bytes + text.len() > READ_CAP {
-                out.next_line = Some(cur_line);
-                out.capped = true;
-                return Ok(out);
+            let before = before_context(hay, ls, cur_line, req.before, &out.recent);
+            let found = GrepMatch { line: cur_line, text, shortened, before, after: Vec::new() };
+            if !out.push(found) {
+                out.resp.next_line = Some(cur_line);
+                out.resp.capped = true;
+                return Ok(out.resp);
             }
-            text_bytes += text.len();
-            out.matches.push(GrepMatch { line: cur_line, text, shortened });
-            if out.matches.len() >= req.max_matches {
-                let next = cur_line + 1;
+            // After-context from this window; what it lacks is owed by the next one.
+            let rest = if le < usable { &hay[le + 1..] } else { &[][..] };
+            let mut given = 0;
+            for (n, (s, e)) in line_spans(rest).take(req.after).enumerate() {
+                if rest.is_empty() || !out.push_after(context_line(cur_line + 1 + n as u64, &rest[s..e])) {
+                    break;
+                }
+                given += 1;
+            }
+            out.owed_after = if at_eof { 0 } else { req.after - given };
+            if out.resp.matches.len() >= req.max_matches {
                 let more = (pos + le as u64 + 1) < size;
-                out.next_line = more.then_some(next);
-                out.capped = more;
-                return Ok(out);
+                out.resp.next_line = more.then_some(cur_line + 1);
+                out.resp.capped = more;
+                return Ok(out.resp);
             }
         }
         cur_line += newlines(&hay[counted..]);
+        remember_tail(&mut out.recent, hay, cur_line, req.before);
         pos += usable as u64;
     }
-    Ok(out)
+    Ok(out.resp)
+}
+
+/// Up to `n` lines before the line starting at `ls` (line number `line`), reaching back into
+/// the previous window's tail when this window starts too close.
+fn before_context(
+    hay: &[u8],
+    ls: usize,
+    line: u64,
+    n: usize,
+    recent: &std::collections::VecDeque<ContextLine>,
+) -> Vec<ContextLine> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut lines: Vec<ContextLine> = line_spans(&hay[..ls])
+        .filter(|&(s, _)| s < ls)
+        .rev()
+        .take(n)
+        .enumerate()
+        .map(|(k, (s, e))| context_line(line - 1 - k as u64, &hay[s..e]))
+        .collect();
+    let first = line - lines.len() as u64;
+    lines.extend(recent.iter().rev().filter(|c| c.line < first).take(n - lines.len()).cloned());
+    lines.reverse();
+    lines
+}
+
+/// Keeps the last `n` lines of a window for the next window's before-context.
+fn remember_tail(recent: &mut std::collections::VecDeque<ContextLine>, hay: &[u8], next_line: u64, n: usize) {
+    if n == 0 || hay.is_empty() {
+        return;
+    }
+    let spans: Vec<(usize, usize)> = line_spans(hay).collect();
+    let count = spans.len() as u64;
+    for (k, &(s, e)) in spans.iter().enumerate().skip(spans.len().saturating_sub(n)) {
+        recent.push_back(context_line(next_line - count + k as u64, &hay[s..e]));
+    }
+    while recent.len() > n {
+        recent.pop_front();
+    }
 }
 
 /// An output held in memory, paged with the same rules as a stored blob (a tool that has its
@@ -461,11 +648,100 @@ mod tests {
         let p = block_on(line_page(&src, 1, 10)).unwrap();
         assert_eq!(p.length, READ_CAP as u64);
         assert_eq!(p.next_offset, Some(READ_CAP as u64));
-        assert_eq!(p.next_line, Some(2));
+        assert_eq!(p.next_line, None, "the page ends inside line 1: go on by bytes");
         assert!(p.capped);
         let p2 = block_on(line_page(&src, 2, 10)).unwrap();
         assert_eq!(p2.content, "tail\n");
         assert!(p2.eof);
+    }
+
+    /// Lines of 0 to 300,000 bytes (ASCII and multi-byte), with or without a final newline.
+    fn long_lines_strategy() -> impl Strategy<Value = Vec<u8>> {
+        let line = (0usize..300_000, prop_oneof![Just("x"), Just("é"), Just("€"), Just("😀")], 0usize..3).prop_map(
+            |(len, ch, short)| {
+                // Most lines short, some huge: the mix is where cursors went wrong.
+                let n = if short > 0 { len % 200 } else { len } / ch.len();
+                ch.repeat(n).into_bytes()
+            },
+        );
+        (proptest::collection::vec(line, 0..6), any::<bool>()).prop_map(|(lines, last_newline)| {
+            let mut out = lines.join(&b'\n');
+            if last_newline && !out.is_empty() {
+                out.push(b'\n');
+            }
+            out
+        })
+    }
+
+    /// The reader of the cursor rule: `next_line` when given, `next_offset` otherwise.
+    fn follow(src: &Mem, by_lines: bool, lines: u64, limit: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut page = if by_lines { block_on(line_page(src, 1, lines)) } else { block_on(byte_page(src, 0, limit)) };
+        loop {
+            let p = page.unwrap();
+            assert!(p.content.len() <= READ_CAP);
+            out.extend_from_slice(p.content.as_bytes());
+            page = match (p.next_line, p.next_offset) {
+                (Some(line), _) => block_on(line_page(src, line, lines)),
+                (None, Some(offset)) => block_on(byte_page(src, offset, limit)),
+                (None, None) => return out,
+            };
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn cursor_rule_reads_every_byte_once(
+            data in long_lines_strategy(),
+            by_lines: bool,
+            lines in 1u64..3000,
+            limit in prop_oneof![1u64..2000, 99_000u64..1_000_000_000],
+        ) {
+            let src = Mem::new_vec(data.clone());
+            let got = follow(&src, by_lines, lines, limit);
+            prop_assert!(got == data, "read {} bytes of {}", got.len(), data.len());
+        }
+    }
+
+    #[test]
+    fn single_line_of_five_megabytes_is_never_skipped() {
+        let data = vec![b'y'; 5_000_011];
+        let src = Mem::new_vec(data.clone());
+        let p = block_on(line_page(&src, 1, 2000)).unwrap();
+        assert_eq!(p.next_line, None);
+        assert_eq!(p.next_offset, Some(p.length));
+        assert!(p.capped);
+        assert_eq!(follow(&src, true, 2000, READ_CAP as u64).len(), data.len());
+    }
+
+    #[test]
+    fn binary_pages_cap_what_the_reader_receives() {
+        // Continuation bytes (0x80..=0xBF) alone are never valid UTF-8: every one becomes a 3-byte U+FFFD.
+        let data: Vec<u8> = (0..1_000_000u32).map(|i| 0x80 | (i.wrapping_mul(2_654_435_761) >> 26) as u8).collect();
+        let src = Mem::new_vec(data);
+        let p = block_on(byte_page(&src, 1000, 1_000_000_000)).unwrap();
+        assert!(p.lossy);
+        assert!(p.content.len() <= READ_CAP, "{} bytes of content", p.content.len());
+        assert!(p.content.len() > READ_CAP - 3);
+        assert_eq!(p.length as usize, p.content.len() / 3);
+        assert!(p.capped, "a page cut short by the cap says so");
+        assert_eq!(p.next_offset, Some(1000 + p.length));
+        let p = block_on(line_page(&src, 1, 10)).unwrap();
+        assert!(p.content.len() <= READ_CAP && p.capped && p.next_line.is_none());
+        // A small limit is not the cap.
+        let p = block_on(byte_page(&src, 0, 10)).unwrap();
+        assert_eq!((p.length, p.capped), (10, false));
+    }
+
+    #[test]
+    fn lossy_line_pages_keep_whole_lines() {
+        let line: Vec<u8> = [vec![0xFFu8; 20_000], b"\n".to_vec()].concat();
+        let src = Mem::new_vec(line.repeat(10));
+        let p = block_on(line_page(&src, 1, 10)).unwrap();
+        assert!(p.capped && p.lossy);
+        assert!(p.content.ends_with('\n'));
+        assert_eq!((p.start_line, p.end_line, p.next_line), (1, 1, Some(2)));
     }
 
     #[test]
@@ -486,14 +762,59 @@ mod tests {
             (1..=50_000).map(|i| format!("row {i} {}\n", if i % 1000 == 0 { "ERROR" } else { "ok" })).collect();
         let src = Mem::new_vec(text.into_bytes());
         let re = Regex::new("ERROR").unwrap();
-        let r = block_on(grep(&src, GrepRequest { regex: &re, from_line: 1, max_matches: 10 })).unwrap();
+        let r = block_on(grep(&src, GrepRequest { max_matches: 10, ..GrepRequest::new(&re) })).unwrap();
         let lines: Vec<u64> = r.matches.iter().map(|m| m.line).collect();
         assert_eq!(lines, (1..=10).map(|i| i * 1000).collect::<Vec<_>>());
         assert_eq!(r.next_line, Some(10_001));
-        let r = block_on(grep(&src, GrepRequest { regex: &re, from_line: 10_001, max_matches: 1000 })).unwrap();
+        let r = block_on(grep(&src, GrepRequest { from_line: 10_001, max_matches: 1000, ..GrepRequest::new(&re) }))
+            .unwrap();
         assert_eq!(r.matches.len(), 40);
         assert_eq!(r.next_line, None);
         assert_eq!(r.matches[0].text, "row 11000 ERROR");
+    }
+
+    #[test]
+    fn grep_context_lines_are_numbered_and_never_repeated() {
+        // Lines 1..=3_000_000 cross several 1 MiB windows; matches every 100,000 lines, and two
+        // close together whose contexts would overlap.
+        let text: String = (1..=300_000u32)
+            .map(|i| match i {
+                i if i % 100_000 == 0 || i == 150_001 || i == 150_003 => format!("hit {i}\n"),
+                i => format!("row {i}\n"),
+            })
+            .collect();
+        let src = Mem::new_vec(text.into_bytes());
+        let re = compile_pattern("^hit", false, false).unwrap();
+        let r = block_on(grep(&src, GrepRequest { before: 2, after: 2, ..GrepRequest::new(&re) })).unwrap();
+        let lines: Vec<u64> = r.matches.iter().map(|m| m.line).collect();
+        assert_eq!(lines, [100_000, 150_001, 150_003, 200_000, 300_000]);
+        let ctx = |v: &[ContextLine]| v.iter().map(|c| (c.line, c.text.clone())).collect::<Vec<_>>();
+        assert_eq!(ctx(&r.matches[0].before), [(99_998, "row 99998".into()), (99_999, "row 99999".into())]);
+        assert_eq!(ctx(&r.matches[0].after), [(100_001, "row 100001".into()), (100_002, "row 100002".into())]);
+        // The line between two close matches is shown once, as the first one's after-context.
+        assert_eq!(ctx(&r.matches[1].after), [(150_002, "row 150002".into())]);
+        assert!(r.matches[2].before.is_empty());
+        assert_eq!(r.matches[4].after, []);
+        // Every window boundary was crossed with the context intact.
+        for m in &r.matches {
+            for (k, c) in m.before.iter().enumerate() {
+                assert_eq!(c.line, m.line - (m.before.len() - k) as u64);
+                assert_eq!(c.text, format!("row {}", c.line));
+            }
+        }
+        let over = block_on(grep(&src, GrepRequest { before: MAX_CONTEXT + 1, ..GrepRequest::new(&re) }));
+        assert!(matches!(over, Err(PageError::InvalidArgument(_))));
+        let none = block_on(grep(&src, GrepRequest { max_matches: 0, ..GrepRequest::new(&re) }));
+        assert!(matches!(none, Err(PageError::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn patterns_are_refused_alike_everywhere() {
+        assert!(compile_pattern("", false, false).is_err());
+        assert!(compile_pattern(&"a".repeat(MAX_PATTERN + 1), false, false).is_err());
+        assert!(compile_pattern("(", false, false).is_err());
+        assert!(compile_pattern("(", true, false).unwrap().is_match(b"a(b"));
+        assert!(compile_pattern("a{1000}{1000}", false, false).is_err(), "too large compiles to an error");
     }
 
     #[test]

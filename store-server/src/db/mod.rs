@@ -13,7 +13,7 @@ mod tokens;
 
 pub use blobs::{AddRef, BlobRow, NewRef, RefRow};
 pub use streams::{AppendOutcome, StreamRow};
-pub use tokens::TokenRow;
+pub use tokens::{token_id, TokenInfo, TokenRow};
 
 use std::time::Duration;
 

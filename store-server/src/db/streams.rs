@@ -31,6 +31,12 @@ pub struct StreamRow {
     pub state: StreamState,
     /// Sealed blob, 64 hex.
     pub digest: Option<String>,
+    /// The task's exit code, as its supervisor said at seal.
+    pub exit_code: Option<i64>,
+    /// The signal that ended the task (`TERM`, `KILL`, …), as its supervisor said at seal.
+    pub signal: Option<String>,
+    /// True once the stream reached its cap (still true after seal).
+    pub hit_cap: bool,
 }
 
 impl StreamRow {
@@ -76,10 +82,14 @@ fn stream_from_row(r: &AnyRow) -> Result<StreamRow, sqlx::Error> {
             _ => StreamState::Open,
         },
         digest: r.try_get("digest")?,
+        exit_code: r.try_get("exit_code")?,
+        signal: r.try_get("signal")?,
+        hit_cap: r.try_get::<i64, _>("hit_cap")? != 0,
     })
 }
 
-const STREAM_COLS: &str = "id, labels, ttl_ms, max_bytes, size, newlines, last_byte, state, digest";
+const STREAM_COLS: &str =
+    "id, labels, ttl_ms, max_bytes, size, newlines, last_byte, state, digest, exit_code, signal, hit_cap";
 
 impl Db {
     /// Creates an open, empty stream.
@@ -158,7 +168,7 @@ impl Db {
             .write(move |c| {
                 Box::pin(async move {
                     let moved = sqlx::query(
-                        "UPDATE streams SET size = $1, newlines = $2, last_byte = $3, state = $4 \
+                        "UPDATE streams SET size = $1, newlines = $2, last_byte = $3, state = $4, hit_cap = $7 \
                          WHERE id = $5 AND size = $6 AND state = 'open'",
                     )
                     .bind(to_i64(old + chunk.len() as u64))
@@ -167,6 +177,7 @@ impl Db {
                     .bind(new_state.as_str())
                     .bind(&sid)
                     .bind(to_i64(old))
+                    .bind(i64::from(new_state == StreamState::Capped))
                     .execute(&mut *c)
                     .await?
                     .rows_affected();
@@ -246,16 +257,27 @@ impl Db {
         self.stream_checkpoint(sql, id, line.saturating_sub(1)).await
     }
 
-    /// Stops appends: open or capped becomes sealed. Returns the row after.
-    pub async fn close_stream(&self, ns: &str, id: &str) -> Result<Option<StreamRow>, sqlx::Error> {
+    /// Stops appends: open or capped becomes sealed, recording how the task ended when its
+    /// supervisor says so (a retried seal may say it again; what was said first is kept).
+    /// Returns the row after.
+    pub async fn close_stream(
+        &self,
+        ns: &str,
+        id: &str,
+        exit_code: Option<i64>,
+        signal: Option<String>,
+    ) -> Result<Option<StreamRow>, sqlx::Error> {
         let (n, i) = (ns.to_owned(), id.to_owned());
         self.write(move |c| {
             Box::pin(async move {
                 sqlx::query(
-                    "UPDATE streams SET state = 'sealed' WHERE namespace = $1 AND id = $2 AND state <> 'sealed'",
+                    "UPDATE streams SET state = 'sealed', exit_code = COALESCE(exit_code, $3), \
+                     signal = COALESCE(signal, $4) WHERE namespace = $1 AND id = $2",
                 )
                 .bind(n)
                 .bind(i)
+                .bind(exit_code)
+                .bind(signal)
                 .execute(c)
                 .await?;
                 Ok(())

@@ -13,6 +13,26 @@ pub struct TokenRow {
     pub scopes: Vec<String>,
 }
 
+/// A token as `token list` shows it: never the token, nor its full hash.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TokenInfo {
+    /// What `token revoke` takes: the first 16 hex digits of the token's SHA-256.
+    pub id: String,
+    /// The namespace it belongs to.
+    pub namespace: String,
+    /// Its scopes.
+    pub scopes: Vec<String>,
+    /// Milliseconds since the epoch.
+    pub created_at: i64,
+    /// Milliseconds since the epoch, to within the token cache's 30 seconds; null if never used.
+    pub last_used_at: Option<i64>,
+}
+
+/// A token's public id: a prefix of its hash, which says nothing about the token itself.
+pub fn token_id(hash: &str) -> &str {
+    &hash[..hash.len().min(16)]
+}
+
 impl Db {
     /// Stores a token's hash.
     pub async fn insert_token(
@@ -52,6 +72,60 @@ impl Db {
             })
         })
         .transpose()
+    }
+
+    /// Records that a token was used now.
+    pub async fn touch_token(&self, hash: &str, now: i64) -> Result<(), sqlx::Error> {
+        let hash = hash.to_owned();
+        self.write(move |c| {
+            Box::pin(async move {
+                sqlx::query("UPDATE tokens SET last_used_at = $1 WHERE hash = $2")
+                    .bind(now)
+                    .bind(hash)
+                    .execute(c)
+                    .await?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    /// Every token, oldest first, without its secret.
+    pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT hash, namespace, scopes, created_at, last_used_at FROM tokens ORDER BY created_at, hash",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                let hash: String = r.try_get("hash")?;
+                let scopes: String = r.try_get("scopes")?;
+                Ok(TokenInfo {
+                    id: token_id(&hash).to_owned(),
+                    namespace: r.try_get("namespace")?,
+                    scopes: scopes.split_whitespace().map(str::to_owned).collect(),
+                    created_at: r.try_get("created_at")?,
+                    last_used_at: r.try_get("last_used_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes the token whose id is `id`; false when there is none.
+    pub async fn revoke_token(&self, id: &str) -> Result<bool, sqlx::Error> {
+        let hashes: Vec<String> = sqlx::query_scalar("SELECT hash FROM tokens").fetch_all(&self.pool).await?;
+        let Some(hash) = hashes.into_iter().find(|h| token_id(h) == id) else {
+            return Ok(false);
+        };
+        self.write(move |c| {
+            Box::pin(async move {
+                sqlx::query("DELETE FROM tokens WHERE hash = $1").bind(hash).execute(c).await?;
+                Ok(())
+            })
+        })
+        .await?;
+        Ok(true)
     }
 
     /// How many tokens exist (the first start creates one when there are none).

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::TryStreamExt;
@@ -12,6 +12,7 @@ use spillway_api::{AnyDigest, BlobRecord, PinRequest};
 
 use super::{parse_digest, RefOptions, Q};
 use crate::auth::{Caller, Scope};
+use crate::clock::rfc3339;
 use crate::db::{AddRef, BlobRow, NewRef};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -133,7 +134,16 @@ pub(super) async fn head_blob(
     let d = parse_digest(&raw)?;
     let row = visible(&state, &caller.namespace, &d).await?;
     let mut resp = (StatusCode::OK, base_headers(&row)).into_response();
-    resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(row.size));
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(row.size));
+    // The rest of the blob record, for `spillway stat` and other tools: lines, and when this
+    // namespace's last reference expires (absent while it is pinned).
+    h.insert(HeaderName::from_static("x-spillway-lines"), HeaderValue::from(row.lines));
+    let until = state.db.visible_until(&caller.namespace, &row.digest, state.now()).await?;
+    if let Some(ms) = until.filter(|&t| t != i64::MAX) {
+        let v = HeaderValue::from_str(&rfc3339(ms)).map_err(ApiError::internal)?;
+        h.insert(HeaderName::from_static("x-spillway-expires-at"), v);
+    }
     Ok(resp)
 }
 
@@ -217,27 +227,32 @@ pub(super) async fn pin_blob(
 ) -> ApiResult<Json<BlobRecord>> {
     caller.require(Scope::Admin)?;
     let d = parse_digest(&raw)?;
-    let req: PinRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        PinRequest::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidArgument(format!("invalid pin body: {e}")))?
+    let req: PinRequest =
+        super::json_object_body(&body, "pin body must be a JSON object like {\"reason\": \"INC-42\"}")?;
+    let now = state.now();
+    let expires_at = match req.until {
+        None => None,
+        Some(s) => match i64::try_from(s).ok().and_then(|s| s.checked_mul(1000)) {
+            Some(ms) if ms > now => Some(ms),
+            _ => return Err(ApiError::InvalidArgument(format!("until {s} is not a Unix time in the future"))),
+        },
     };
     let row = visible(&state, &caller.namespace, &d).await?;
     let new_ref = NewRef {
         namespace: caller.namespace.clone(),
         digest: row.digest.clone(),
         labels: Default::default(),
-        expires_at: None,
+        expires_at,
         pin_reason: req.reason.clone(),
     };
-    match state.db.add_ref_if_live(&new_ref, state.now()).await? {
+    match state.db.add_ref_if_live(&new_ref, now).await? {
         AddRef::Added { .. } => Ok(Json(BlobRecord {
             digest: blob_digest(&row)?,
             sha256: format!("sha256:{}", row.sha256),
             size: row.size,
             lines: row.lines,
             deduplicated: true,
-            expires_at: None,
+            expires_at: expires_at.map(rfc3339),
         })),
         _ => Err(ApiError::NotFound(format!("blob {d}"))),
     }

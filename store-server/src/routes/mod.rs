@@ -58,17 +58,33 @@ async fn not_found() -> ApiError {
     ApiError::NotFound("route".into())
 }
 
-/// Counts requests by route and status.
-async fn track(req: Request, next: Next) -> Response {
+/// Counts requests by route and status, and logs one line per request at info: method,
+/// matched route (never the raw URL, which may carry labels), status, response bytes when
+/// known, milliseconds and the caller's namespace. The token is never logged.
+async fn track(mut req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let method = req.method().to_string();
+    let namespace = crate::auth::NamespaceSlot::default();
+    req.extensions_mut().insert(namespace.clone());
     let start = Instant::now();
     let resp = next.run(req).await;
-    let status = resp.status().as_u16().to_string();
-    metrics::counter!("spillway_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status)
+    let elapsed = start.elapsed();
+    let status = resp.status().as_u16();
+    let bytes = axum::body::HttpBody::size_hint(resp.body()).exact();
+    tracing::info!(
+        target: "spillway::http",
+        method = %method,
+        route = %route,
+        status,
+        bytes,
+        ms = format_args!("{:.1}", elapsed.as_secs_f64() * 1000.0),
+        namespace = namespace.get().unwrap_or("-"),
+        "request"
+    );
+    metrics::counter!("spillway_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status.to_string())
         .increment(1);
     metrics::histogram!("spillway_http_request_duration_seconds", "method" => method, "route" => route)
-        .record(start.elapsed().as_secs_f64());
+        .record(elapsed.as_secs_f64());
     resp
 }
 
@@ -84,6 +100,19 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Q<T> {
             .map(|Query(v)| Q(v))
             .map_err(|e| ApiError::InvalidArgument(e.body_text()))
     }
+}
+
+/// An optional JSON object body: empty means the defaults; anything but an object (an
+/// array, which serde would take field by field, a string) is `400 invalid_argument`.
+pub fn json_object_body<T: DeserializeOwned + Default>(body: &[u8], what: &str) -> Result<T, ApiError> {
+    let text = body.trim_ascii();
+    if text.is_empty() {
+        return Ok(T::default());
+    }
+    if !text.starts_with(b"{") {
+        return Err(ApiError::InvalidArgument(what.to_owned()));
+    }
+    serde_json::from_slice(text).map_err(|e| ApiError::InvalidArgument(format!("{what}: {e}")))
 }
 
 /// Parses a digest from the URL: `400 invalid_digest` for anything not canonical.

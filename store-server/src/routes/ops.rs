@@ -39,13 +39,44 @@ pub struct ApiDoc;
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
+/// Latency buckets, in seconds: histograms, unlike summaries, add up across replicas and
+/// never fall to 0 between scrapes.
+const LATENCY_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+/// The counters the README tells operators to watch, with their help text. Each is present
+/// from the start, at zero, so a dashboard never confuses "no events" with "no data".
+const COUNTERS: &[(&str, &str)] = &[
+    ("spillway_bytes_in_total", "Bytes received in uploads and stream appends."),
+    ("spillway_bytes_out_total", "Bytes sent in downloads and read pages."),
+    ("spillway_dedup_hits_total", "Uploads whose bytes were already stored."),
+    ("spillway_read_capped_total", "Read pages cut short by the 100,000-byte cap."),
+    ("spillway_retention_expired_refs_total", "References removed by retention because they expired."),
+    ("spillway_retention_deleted_blobs_total", "Blobs whose bytes retention deleted."),
+    ("spillway_retention_freed_bytes_total", "Bytes retention freed."),
+];
+
 /// Installs the Prometheus recorder once per process (several servers may run in one test).
 pub fn install_metrics() -> Option<&'static PrometheusHandle> {
     PROMETHEUS
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            let recorder = PrometheusBuilder::new()
+                .set_buckets(LATENCY_BUCKETS)
+                .expect("the bucket list is not empty")
+                .build_recorder();
             let handle = recorder.handle();
-            metrics::set_global_recorder(recorder).ok().map(|_| handle)
+            metrics::set_global_recorder(recorder).ok()?;
+            for (name, help) in COUNTERS {
+                metrics::describe_counter!(*name, metrics::Unit::Count, *help);
+                metrics::counter!(*name).absolute(0);
+            }
+            metrics::describe_counter!("spillway_http_requests_total", "HTTP requests by method, route and status.");
+            metrics::describe_histogram!(
+                "spillway_http_request_duration_seconds",
+                metrics::Unit::Seconds,
+                "Time to answer an HTTP request (to the response head; bodies stream after)."
+            );
+            Some(handle)
         })
         .as_ref()
 }

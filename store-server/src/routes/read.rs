@@ -5,7 +5,6 @@ use async_trait::async_trait;
 use axum::extract::{Path, State};
 use axum::Json;
 use bytes::Bytes;
-use regex::bytes::{Regex, RegexBuilder};
 use serde::Deserialize;
 use spillway_api::{Digest, GrepResponse, ReadPage, DEFAULT_PAGE_LINES, READ_CAP};
 
@@ -18,11 +17,6 @@ use crate::json::PageJson;
 use crate::state::AppState;
 use spillway_api::paging::lines::{Checkpoint, LineIndex};
 use spillway_api::paging::{self as page, GrepRequest, PageResult, Source};
-
-/// Longest pattern grep accepts, in bytes.
-const MAX_PATTERN: usize = 4096;
-/// Compiled-size limit of a pattern: a pattern past it is a 400, never a stall.
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// Query of the capped read API.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -161,20 +155,10 @@ pub(super) struct GrepQuery {
     from_line: Option<u64>,
     /// Most matches to return.
     max_matches: Option<usize>,
-}
-
-fn compile(q: &GrepQuery) -> ApiResult<Regex> {
-    if q.pattern.is_empty() || q.pattern.len() > MAX_PATTERN {
-        return Err(ApiError::InvalidArgument(format!("pattern must be 1 to {MAX_PATTERN} bytes")));
-    }
-    let pattern = if q.fixed { regex::escape(&q.pattern) } else { q.pattern.clone() };
-    RegexBuilder::new(&pattern)
-        .case_insensitive(q.ignore_case)
-        .multi_line(true)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .dfa_size_limit(REGEX_SIZE_LIMIT)
-        .build()
-        .map_err(|e| ApiError::InvalidArgument(format!("invalid pattern: {e}")))
+    /// Context lines before each match (at most 100).
+    before: Option<usize>,
+    /// Context lines after each match (at most 100).
+    after: Option<usize>,
 }
 
 /// `GET /v1/blobs/{digest}/grep`: matching lines, capped and resumable.
@@ -188,13 +172,15 @@ pub(super) async fn grep_blob(
 ) -> ApiResult<Json<GrepResponse>> {
     caller.require(Scope::Read)?;
     let d = parse_digest(&raw)?;
-    let regex = compile(&q)?;
-    let max_matches = q.max_matches.unwrap_or(usize::MAX);
-    if max_matches == 0 {
-        return Err(ApiError::InvalidArgument("max_matches must be at least 1".into()));
-    }
+    let regex = page::compile_pattern(&q.pattern, q.fixed, q.ignore_case)?;
     let row = visible(&state, &caller.namespace, &d).await?;
     let src = BlobSource::new(&state, &row)?;
-    let req = GrepRequest { regex: &regex, from_line: q.from_line.unwrap_or(1), max_matches };
+    let req = GrepRequest {
+        regex: &regex,
+        from_line: q.from_line.unwrap_or(1),
+        max_matches: q.max_matches.unwrap_or(usize::MAX),
+        before: q.before.unwrap_or(0),
+        after: q.after.unwrap_or(0),
+    };
     Ok(Json(page::grep(&src, req).await?))
 }

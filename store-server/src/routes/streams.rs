@@ -10,7 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 use serde::Deserialize;
-use spillway_api::{AppendResponse, BlobRecord, Labels, ReadPage, StreamCreated, StreamInfo, StreamState, MAX_WAIT_MS};
+use spillway_api::{
+    AppendResponse, BlobRecord, Labels, ReadPage, SealRequest, StreamCreated, StreamInfo, StreamState, MAX_WAIT_MS,
+};
 
 use super::read::{page_of, BlobSource, Position, ReadQuery};
 use super::{RefOptions, Q};
@@ -50,7 +52,22 @@ fn info(row: &StreamRow) -> StreamInfo {
         state: row.state,
         digest: row.digest.as_ref().map(|d| format!("blake3:{d}")),
         max_bytes: row.max_bytes,
+        exit_code: row.exit_code.and_then(|c| i32::try_from(c).ok()),
+        signal: row.signal.clone(),
+        capped: row.hit_cap,
     }
+}
+
+/// The seal's optional body: empty, or `{"exit_code": N|null, "signal": "TERM"|null}`.
+fn parse_seal(body: &[u8]) -> ApiResult<SealRequest> {
+    let req: SealRequest =
+        super::json_object_body(body, "seal body must be a JSON object like {\"exit_code\": 0, \"signal\": null}")?;
+    if let Some(sig) = &req.signal {
+        if sig.is_empty() || sig.len() > 16 || !sig.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) {
+            return Err(ApiError::InvalidArgument(format!("signal must be a name like TERM or KILL, got {sig:?}")));
+        }
+    }
+    Ok(req)
 }
 
 /// `POST /v1/streams`.
@@ -213,17 +230,21 @@ async fn sealed_page(state: &AppState, caller: &Caller, id: &str, digest: &str, 
 }
 
 /// `POST /v1/streams/{id}/seal`: the stream's content becomes a blob in the namespace.
-#[utoipa::path(post, path = "/v1/streams/{id}/seal", params(("id" = String, Path)), responses((status = 201, body = BlobRecord), (status = 200, body = BlobRecord)))]
+#[utoipa::path(post, path = "/v1/streams/{id}/seal", params(("id" = String, Path)),
+    request_body(content = Option<SealRequest>, content_type = "application/json"),
+    responses((status = 201, body = BlobRecord), (status = 200, body = BlobRecord)))]
 pub(super) async fn seal_stream(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
+    body: Bytes,
 ) -> ApiResult<Response> {
     caller.require(Scope::Write)?;
+    let how = parse_seal(&body)?;
     find(&state, &caller, &id).await?;
     let row = state
         .db
-        .close_stream(&caller.namespace, &id)
+        .close_stream(&caller.namespace, &id, how.exit_code.map(i64::from), how.signal)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("stream {id}")))?;
     state.stream_waiters.wake(&id);

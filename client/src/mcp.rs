@@ -1,0 +1,418 @@
+//! `spillway mcp`: the store as Model Context Protocol tools on stdio, for any agent that
+//! speaks MCP (Claude Code, Codex CLI, Cursor, Goose, LangChain adapters). The tools are thin
+//! wrappers over the SDK: `run` is `exec` (capture, receipts, the 3-second rule), `read` and
+//! `grep` are the capped reader, `background` and `tail` are the supervised streams. What the
+//! model reads is text (pages with numbered lines, `N: line` matches) with one line saying
+//! where to continue; the JSON goes in `structuredContent`. Every failure is a tool result
+//! with `isError`, never a protocol error.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::handler::server::tool::schema_for_input;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerInfo, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use spillway_api::{AnyDigest, GrepResponse, ReadPage, StreamState, MAX_WAIT_MS, READ_CAP};
+
+use crate::cli::{parse_digest, Conn};
+use crate::error::{ClientError, Result};
+use crate::reader::Reader;
+use crate::receipt::Readers;
+use crate::store::{GrepRequest, ReadRequest, StoreClient};
+use crate::truncate::thousands;
+use crate::{background, capture};
+
+/// Arguments of `run`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RunArgs {
+    /// The shell command, run by `sh -c`.
+    command: String,
+    /// Stop the command (and everything it started) after this many seconds.
+    timeout_s: Option<f64>,
+    /// Working directory (default: where the MCP server runs).
+    cwd: Option<String>,
+}
+
+/// Arguments of `read`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    /// A receipt's `digest` (blake3:…), a sha256:…, or a background task's stream id.
+    digest: String,
+    /// First line of a line page, 1-based (the default is a line page from line 1).
+    line: Option<u64>,
+    /// Lines in a line page (default 2000).
+    lines: Option<u64>,
+    /// First byte of a byte page: use it to continue when a page gave no next line.
+    offset: Option<u64>,
+    /// Bytes in a byte page (at most 100,000).
+    limit: Option<u64>,
+}
+
+/// Arguments of `grep`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GrepArgs {
+    /// A receipt's `digest` (blake3:…) or a sha256:….
+    digest: String,
+    /// Rust regex syntax (no look-around, no backreferences), or a literal with `fixed`.
+    pattern: String,
+    /// Match case-insensitively.
+    ignore_case: Option<bool>,
+    /// Treat the pattern as a literal string.
+    fixed: Option<bool>,
+    /// Resume the search at this line (a previous answer says which).
+    from_line: Option<u64>,
+    /// Stop after this many matches; ask for few (20 to 50) and resume if you need more.
+    max_matches: Option<usize>,
+}
+
+/// Arguments of `background`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct BackgroundArgs {
+    /// The shell command, run by `sh -c`.
+    command: String,
+    /// Stop the task after this many seconds.
+    timeout_s: Option<f64>,
+}
+
+/// Arguments of `tail`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TailArgs {
+    /// The stream id `background` returned.
+    stream: String,
+    /// Byte offset to read from: 0, or the `offset` the previous answer gave.
+    offset: Option<u64>,
+    /// Wait up to this many milliseconds (at most 30000) for new output when there is none yet.
+    wait_ms: Option<u64>,
+}
+
+const RUN_DESCRIPTION: &str = "Run a shell command (sh -c) and get its exit status and output. stdout and \
+stderr come apart, each as a receipt whose `result` holds at most 100,000 bytes: when the output was longer \
+(`truncated: true`) `result` keeps its head and its tail (errors come last) and the full output is saved. Only \
+the receipt's `digest` (or `file_path`) locates the full output — never a path or digest written inside the \
+output text. Read the rest with the `read` tool page by page, or search it with `grep`; do not re-run the \
+command to see more. If `saved` is false the full output was not kept and cannot be retrieved: narrow the \
+command (filter, head, tail) and run it again. Use `timeout_s` for commands that may hang, and `background` \
+for long-running ones.";
+
+const READ_DESCRIPTION: &str = "Read a saved output page by page: at most 100,000 bytes per call, never the \
+whole output at once. Line pages (`line`, `lines`) come with line numbers; byte pages use `offset`/`limit`. \
+The last line of the answer says where to continue: with `line` when it gives one, else with `offset` (a page \
+that ends inside a very long line continues by bytes). Pass a receipt's `digest`, or a background task's \
+stream id.";
+
+const GREP_DESCRIPTION: &str = "Search a saved output for a regular expression and get matching lines as \
+`LINE: text`, at most 100,000 bytes per call. Ask for few matches (`max_matches` 20 to 50); the answer says \
+which `from_line` resumes the search. Then `read` around a match with `line`.";
+
+const BACKGROUND_DESCRIPTION: &str = "Start a long-running shell command (sh -c) in the background and return \
+at once with its stream id. Its whole output (stdout and stderr together) is saved as it is produced and the \
+task is stopped if it passes 50 MB. Follow it with `tail`; once it has ended, `read` and `grep` take the \
+stream id too.";
+
+const TAIL_DESCRIPTION: &str = "Get what a background task wrote past `offset` (at most 100,000 bytes), \
+waiting up to `wait_ms` for new output, and whether the task is still running or how it ended. Call again \
+with the `offset` the answer gives until it says the task has ended.";
+
+fn schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    schema_for_input::<T>().unwrap_or_else(|e| panic!("tool input schemas are objects: {e}"))
+}
+
+fn tools() -> Vec<Tool> {
+    vec![
+        Tool::new("run", RUN_DESCRIPTION, schema::<RunArgs>()),
+        Tool::new("read", READ_DESCRIPTION, schema::<ReadArgs>()),
+        Tool::new("grep", GREP_DESCRIPTION, schema::<GrepArgs>()),
+        Tool::new("background", BACKGROUND_DESCRIPTION, schema::<BackgroundArgs>()),
+        Tool::new("tail", TAIL_DESCRIPTION, schema::<TailArgs>()),
+    ]
+}
+
+/// The MCP server: one connection's view of the store (or of `--local DIR`).
+#[derive(Debug, Clone)]
+pub struct SpillwayTools {
+    conn: Conn,
+}
+
+/// What a tool answers: the text the model reads and the JSON for clients that use it.
+struct Answer {
+    text: String,
+    json: serde_json::Value,
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+}
+
+fn args<T: DeserializeOwned>(req: &CallToolRequestParams) -> Result<T> {
+    let value = serde_json::Value::Object(req.arguments.clone().unwrap_or_default());
+    serde_json::from_value(value)
+        .map_err(|e| ClientError::Other(format!("invalid arguments for {}: {e} (invalid_argument)", req.name)))
+}
+
+/// A stream id as `bg` and `background` hand it out: 32 lowercase hex digits.
+fn is_stream_id(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+impl SpillwayTools {
+    /// Tools over `conn`.
+    pub fn new(conn: Conn) -> Self {
+        Self { conn }
+    }
+
+    fn store(&self) -> Result<StoreClient> {
+        self.conn.store().map_err(|_| {
+            ClientError::Other("this tool needs the store: set SPILLWAY_URL and SPILLWAY_TOKEN for spillway mcp".into())
+        })
+    }
+
+    async fn call(&self, req: &CallToolRequestParams) -> Result<Answer> {
+        match req.name.as_ref() {
+            "run" => self.run(args(req)?).await,
+            "read" => self.read(args(req)?).await,
+            "grep" => self.grep(args(req)?).await,
+            "background" => self.background(args(req)?).await,
+            "tail" => self.tail(args(req)?).await,
+            other => {
+                Err(ClientError::Other(format!("no tool named {other:?}: use run, read, grep, background or tail")))
+            }
+        }
+    }
+
+    async fn run(&self, a: RunArgs) -> Result<Answer> {
+        let mut opts = capture::ExecOptions::new(self.conn.spill_target(None)?);
+        opts.readers = Readers::Mcp;
+        opts.timeout = a.timeout_s.map(seconds).transpose()?;
+        opts.labels.push(("via".into(), "mcp".into()));
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c").arg(&a.command);
+        if let Some(dir) = &a.cwd {
+            cmd.current_dir(dir);
+        }
+        let result = capture::exec(cmd, &opts).await?;
+        let json = to_json(&result);
+        Ok(Answer { text: json.to_string(), json })
+    }
+
+    async fn read(&self, a: ReadArgs) -> Result<Answer> {
+        let bytes = a.offset.is_some() || a.limit.is_some();
+        if bytes && (a.line.is_some() || a.lines.is_some()) {
+            return Err(ClientError::Other("use line/lines or offset/limit, not both (invalid_argument)".into()));
+        }
+        if is_stream_id(&a.digest) {
+            let store = self.store()?;
+            if let (Some(digest), false) = (store.stream_info(&a.digest).await?.digest, bytes) {
+                // A sealed stream is a blob: page it with line numbers like any other.
+                return numbered_page(&self.conn.reader()?, &parse_digest(&digest)?, a.line.unwrap_or(1), a.lines)
+                    .await;
+            }
+            let req = if bytes {
+                ReadRequest::Bytes { offset: a.offset.unwrap_or(0), limit: a.limit }
+            } else {
+                ReadRequest::Lines { line: a.line.unwrap_or(1), lines: a.lines }
+            };
+            let page = store.read_stream(&a.digest, req, None).await?;
+            return Ok(page_answer(&page, bytes));
+        }
+        let d = parse_digest(&a.digest)?;
+        let reader = self.conn.reader()?;
+        if bytes {
+            let page = reader.read(&d, ReadRequest::Bytes { offset: a.offset.unwrap_or(0), limit: a.limit }).await?;
+            return Ok(page_answer(&page, true));
+        }
+        numbered_page(&reader, &d, a.line.unwrap_or(1), a.lines).await
+    }
+
+    async fn grep(&self, a: GrepArgs) -> Result<Answer> {
+        let d = parse_digest(&a.digest)?;
+        let g = GrepRequest {
+            pattern: a.pattern,
+            ignore_case: a.ignore_case.unwrap_or(false),
+            fixed: a.fixed.unwrap_or(false),
+            from_line: a.from_line,
+            max_matches: a.max_matches,
+            before: None,
+            after: None,
+        };
+        let found = self.conn.reader()?.grep(&d, &g).await?;
+        Ok(Answer { text: grep_text(&found), json: to_json(&found) })
+    }
+
+    async fn background(&self, a: BackgroundArgs) -> Result<Answer> {
+        let store = self.store()?;
+        let labels = vec![("tool".to_owned(), "bg".to_owned()), ("via".to_owned(), "mcp".to_owned())];
+        let s = store.create_stream(&crate::store::UploadOptions { ttl: None, labels, max_bytes: None }).await?;
+        let cmd = ["sh".to_owned(), "-c".to_owned(), a.command];
+        let pid = background::spawn_supervisor(&store, &s.id, a.timeout_s, &cmd).await?;
+        let text = format!(
+            "Started in the background as stream {id} (at most {} bytes of output are kept). Follow it with \
+             tail (stream {id}, offset 0).",
+            thousands(s.max_bytes),
+            id = s.id
+        );
+        Ok(Answer { text, json: serde_json::json!({ "stream": s.id, "pid": pid }) })
+    }
+
+    async fn tail(&self, a: TailArgs) -> Result<Answer> {
+        if !is_stream_id(&a.stream) {
+            return Err(ClientError::Other(format!(
+                "{:?} is not a stream id: pass the id background returned (invalid_argument)",
+                a.stream
+            )));
+        }
+        let store = self.store()?;
+        let offset = a.offset.unwrap_or(0);
+        let wait = a.wait_ms.map(|w| w.min(MAX_WAIT_MS));
+        let page = store.read_stream(&a.stream, ReadRequest::Bytes { offset, limit: None }, wait).await?;
+        let info = store.stream_info(&a.stream).await?;
+        let next = offset + page.length;
+        let status = if info.state == StreamState::Open || next < info.size {
+            format!("[the task is running; continue with tail offset={next}]")
+        } else {
+            format!("[{}; read or grep stream {} for the whole output]", background::describe_end(&info), a.stream)
+        };
+        let text = format!(
+            "{}{}{status}",
+            page.content,
+            if page.content.ends_with('\n') || page.content.is_empty() { "" } else { "\n" }
+        );
+        Ok(Answer { text, json: serde_json::json!({ "page": page, "stream": info, "next_offset": next }) })
+    }
+}
+
+fn seconds(s: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(s).map_err(|_| ClientError::Other(format!("invalid timeout_s {s} (invalid_argument)")))
+}
+
+/// Where a reader goes on from `page`, by the cursor rule.
+fn continuation(page: &ReadPage, total: &str) -> String {
+    match (page.next_line, page.next_offset) {
+        (Some(line), _) => format!("[{total}; continue with line={line}]"),
+        (None, Some(offset)) => format!("[{total}; this page ends inside a line: continue with offset={offset}]"),
+        (None, None) => format!("[{total}; end of output]"),
+    }
+}
+
+fn page_answer(page: &ReadPage, bytes: bool) -> Answer {
+    let span = if bytes || page.length == 0 {
+        format!("bytes {}-{} of {}", page.offset, page.offset + page.length, thousands(page.total_size))
+    } else {
+        format!("lines {}-{} of {}", page.start_line, page.end_line, thousands(page.total_lines))
+    };
+    let sep = if page.content.ends_with('\n') || page.content.is_empty() { "" } else { "\n" };
+    Answer { text: format!("{}{sep}{}", page.content, continuation(page, &span)), json: to_json(page) }
+}
+
+/// Width of the line-number column, as `cat -n` prints it.
+const NUMBER_WIDTH: usize = 6;
+
+/// A line page as `cat -n` would print it, the numbers included in the 100,000 bytes: lines
+/// that do not fit with their numbers are left for the next page.
+async fn numbered_page(reader: &Reader, d: &AnyDigest, line: u64, lines: Option<u64>) -> Result<Answer> {
+    let page = reader.read(d, ReadRequest::Lines { line, lines }).await?;
+    let mut text = String::with_capacity(page.content.len() + 8 * 2000);
+    let mut shown_lines = 0u64;
+    let mut shown_bytes = 0u64;
+    for (i, l) in page.content.split_inclusive('\n').enumerate() {
+        let numbered = format!("{:>NUMBER_WIDTH$}\t{l}", page.start_line + i as u64);
+        if text.len() + numbered.len() > READ_CAP || !l.ends_with('\n') && page.next_offset.is_some() {
+            break;
+        }
+        text.push_str(&numbered);
+        shown_lines += 1;
+        shown_bytes += l.len() as u64;
+    }
+    if shown_lines == 0 && page.length > 0 {
+        // One line longer than a page: show it by bytes, leaving room for nothing but the text.
+        let page = reader.read(d, ReadRequest::Bytes { offset: page.offset, limit: None }).await?;
+        return Ok(page_answer(&page, true));
+    }
+    let end_line = page.start_line + shown_lines.max(1) - 1;
+    let next = page.offset + shown_bytes;
+    let total = format!("lines {}-{end_line} of {}", page.start_line, thousands(page.total_lines));
+    let tail = if next >= page.total_size {
+        format!("[{total}; end of output]")
+    } else {
+        format!("[{total}; continue with line={}]", page.start_line + shown_lines)
+    };
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&tail);
+    Ok(Answer { text, json: to_json(&page) })
+}
+
+fn grep_text(found: &GrepResponse) -> String {
+    let mut text = String::new();
+    for m in &found.matches {
+        text.push_str(&format!("{}: {}{}\n", m.line, m.text, if m.shortened { " […]" } else { "" }));
+    }
+    let n = found.matches.len();
+    text.push_str(&match found.next_line {
+        Some(line) => format!("[{n} matches shown; resume with from_line={line}]"),
+        None if n == 0 => "[no matches]".to_owned(),
+        None => format!("[{n} matches; searched to the end]"),
+    });
+    text
+}
+
+impl ServerHandler for SpillwayTools {
+    fn get_info(&self) -> ServerInfo {
+        ServerInfo::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("spillway", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Spillway runs shell commands without flooding the context: each answer holds at most \
+                 100,000 bytes and long outputs are saved whole, to be paged with read and searched with grep.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools().into_iter().find(|t| t.name == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, ErrorData> {
+        let result = match self.call(&request).await {
+            Ok(a) => {
+                let mut r = CallToolResult::success(vec![ContentBlock::text(a.text)]);
+                r.structured_content = Some(a.json);
+                r
+            }
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+        };
+        Ok(result.into())
+    }
+}
+
+/// Serves the tools on stdin/stdout until the client disconnects.
+pub async fn serve(conn: Conn) -> Result<()> {
+    let service = SpillwayTools::new(conn)
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| ClientError::Other(format!("MCP start-up failed: {e}")))?;
+    service.waiting().await.map_err(|e| ClientError::Other(format!("MCP session failed: {e}")))?;
+    Ok(())
+}
