@@ -166,7 +166,7 @@ pub struct StreamInfo {
 #[serde(deny_unknown_fields)]
 pub struct SealRequest {
     /// Exit code, when the task exited.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "integral")]
     pub exit_code: Option<i32>,
     /// Signal name without `SIG` (`TERM`, `KILL`, …), when a signal ended it.
     #[serde(default)]
@@ -220,7 +220,7 @@ pub struct PinRequest {
     pub reason: Option<String>,
     /// Keep it until this time (Unix seconds) instead of forever: a reference that expires
     /// then, which `DELETE …/pin` does not remove.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "integral")]
     pub until: Option<u64>,
 }
 
@@ -238,4 +238,27 @@ pub struct RetentionSummary {
     pub bytes_freed: u64,
     /// True when nothing was changed.
     pub dry_run: bool,
+}
+
+/// An optional whole number from any JSON number that is one (`3` or `3.0`: JSON has no
+/// separate integer type, and JSON Schema's `integer` accepts both).
+fn integral<'de, D, T>(de: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i128>,
+{
+    use serde::de::Error;
+    let Some(n) = Option::<serde_json::Number>::deserialize(de)? else {
+        return Ok(None);
+    };
+    let whole = match (n.as_i64(), n.as_u64(), n.as_f64()) {
+        (Some(i), _, _) => Some(i128::from(i)),
+        (None, Some(u), _) => Some(i128::from(u)),
+        (None, None, Some(f)) if f.fract() == 0.0 && f.abs() < 1e30 => Some(f as i128),
+        _ => None,
+    };
+    whole
+        .and_then(|w| T::try_from(w).ok())
+        .map(Some)
+        .ok_or_else(|| D::Error::custom(format!("expected a whole number in range, got {n}")))
 }

@@ -2,6 +2,7 @@
 //! `db`, `blobs` or `upload`, and answer; they build neither SQL nor storage keys.
 
 mod blobs;
+mod openapi;
 mod ops;
 mod read;
 mod refs;
@@ -102,11 +103,11 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Q<T> {
     }
 }
 
-/// An optional JSON object body: empty means the defaults; anything but an object (an
-/// array, which serde would take field by field, a string) is `400 invalid_argument`.
+/// An optional JSON object body: empty (or `null`) means the defaults; anything but an object
+/// (an array, which serde would take field by field, a string) is `400 invalid_argument`.
 pub fn json_object_body<T: DeserializeOwned + Default>(body: &[u8], what: &str) -> Result<T, ApiError> {
     let text = body.trim_ascii();
-    if text.is_empty() {
+    if text.is_empty() || text == b"null" {
         return Ok(T::default());
     }
     if !text.starts_with(b"{") {

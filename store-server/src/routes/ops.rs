@@ -102,6 +102,6 @@ pub(super) async fn metrics() -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
-pub(super) async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+pub(super) async fn openapi() -> Json<&'static serde_json::Value> {
+    Json(super::openapi::document())
 }

@@ -20,6 +20,7 @@ use spillway_api::paging::{self as page, GrepRequest, PageResult, Source};
 
 /// Query of the capped read API.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ReadQuery {
     /// Byte page start.
@@ -46,6 +47,17 @@ impl ReadQuery {
 
     pub(super) fn wait_ms(&self) -> Option<u64> {
         self.wait_ms
+    }
+
+    /// Checks what does not depend on the source, before any waiting.
+    pub(super) fn check(&self) -> ApiResult<()> {
+        if self.offset.or(self.limit).is_some() && self.line.or(self.lines).is_some() {
+            return Err(ApiError::InvalidArgument("use offset/limit or line/lines, not both".into()));
+        }
+        if self.line == Some(0) || self.lines == Some(0) {
+            return Err(ApiError::InvalidArgument("line and lines start at 1".into()));
+        }
+        Ok(())
     }
 }
 
@@ -131,9 +143,8 @@ pub(super) async fn read_blob(
 ) -> ApiResult<PageJson> {
     caller.require(Scope::Read)?;
     let d = parse_digest(&raw)?;
-    if q.wait_ms.is_some() {
-        return Err(ApiError::InvalidArgument("wait_ms applies to streams only".into()));
-    }
+    q.check()?;
+    // wait_ms is accepted and has nothing to wait for: a blob is complete.
     let row = visible(&state, &caller.namespace, &d).await?;
     let src = BlobSource::new(&state, &row)?;
     Ok(PageJson(page_of(&src, &q).await?))
@@ -141,6 +152,7 @@ pub(super) async fn read_blob(
 
 /// Query of grep.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct GrepQuery {
     /// Rust `regex` syntax.

@@ -103,6 +103,7 @@ pub(super) async fn get_stream(
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct AppendQuery {
     /// Must equal the stream's current size.
@@ -185,6 +186,7 @@ pub(super) async fn read_stream(
     Q(q): Q<ReadQuery>,
 ) -> ApiResult<PageJson> {
     caller.require(Scope::Read)?;
+    q.check()?;
     let wait = q.wait_ms().unwrap_or(0);
     if wait > MAX_WAIT_MS {
         return Err(ApiError::InvalidArgument(format!("wait_ms must be at most {MAX_WAIT_MS}")));

@@ -18,6 +18,19 @@ async fn health_ready_metrics_openapi() {
     for name in ["spillway_http_requests_total", "spillway_bytes_in_total", "spillway_dedup_hits_total"] {
         assert!(m.contains(name), "{name} missing from /metrics");
     }
+    // Every counter the README says to watch is there with its help text, even before its
+    // first event, and latency is a histogram (buckets add up across replicas).
+    for name in [
+        "spillway_bytes_out_total",
+        "spillway_read_capped_total",
+        "spillway_retention_deleted_blobs_total",
+        "spillway_retention_freed_bytes_total",
+    ] {
+        assert!(m.contains(&format!("# HELP {name} ")), "{name} has no HELP line");
+        assert!(m.lines().any(|l| l.starts_with(name) && !l.starts_with('#')), "{name} has no value");
+    }
+    assert!(m.contains("# TYPE spillway_http_request_duration_seconds histogram"), "{m}");
+    assert!(m.contains("spillway_http_request_duration_seconds_bucket{"));
     let doc: serde_json::Value = get("/openapi.json").await.unwrap().json().await.unwrap();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     for path in [
@@ -34,7 +47,38 @@ async fn health_ready_metrics_openapi() {
         "/v1/streams/{id}/seal",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing from openapi.json");
+        // Complete enough for a generated client: the bearer scheme, tags by resource, and
+        // the contract's error responses with the error schema, on every operation.
+        for (method, op) in doc["paths"][path].as_object().unwrap() {
+            assert_eq!(op["security"], serde_json::json!([{"bearer": []}]), "{method} {path}");
+            let tag = op["tags"][0].as_str().unwrap();
+            assert!(["blobs", "refs", "streams"].contains(&tag), "{method} {path}: tag {tag}");
+            for status in ["400", "401", "403", "503"] {
+                let schema = &op["responses"][status]["content"]["application/json"]["schema"]["$ref"];
+                assert_eq!(schema, "#/components/schemas/ErrorBody", "{method} {path} {status}");
+            }
+        }
     }
+    assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+    let param = |path: &str, method: &str, name: &str| {
+        doc["paths"][path][method]["parameters"].as_array().unwrap().iter().find(|p| p["name"] == name).cloned()
+    };
+    for name in ["offset", "limit", "line", "lines"] {
+        let p = param("/v1/blobs/{digest}/read", "get", name).unwrap_or_else(|| panic!("{name}"));
+        assert_eq!((p["in"].as_str(), p["required"].as_bool()), (Some("query"), Some(false)), "{name}");
+    }
+    assert!(param("/v1/streams/{id}/read", "get", "wait_ms").is_some());
+    for name in ["ttl", "label.session"] {
+        assert!(param("/v1/blobs", "post", name).is_some(), "{name} on uploads");
+    }
+    assert_eq!(
+        param("/v1/blobs/{digest}", "get", "digest").unwrap()["schema"]["pattern"],
+        "^(blake3|sha256):[0-9a-f]{64}$"
+    );
+    let body = &doc["paths"]["/v1/blobs/{digest}"]["put"]["requestBody"]["content"]["application/octet-stream"];
+    assert_eq!(body["schema"]["format"], "binary", "bodies are bytes, not integer arrays");
+    assert!(doc["paths"]["/v1/blobs/{digest}"]["put"]["responses"]["413"].is_object());
+    assert!(doc["paths"]["/v1/streams/{id}/append"]["post"]["responses"]["409"].is_object());
     let r = get("/v1/nope").await.unwrap();
     assert_eq!(r.status(), 404);
     let body: serde_json::Value = r.json().await.unwrap();

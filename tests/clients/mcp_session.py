@@ -1,0 +1,84 @@
+"""One MCP session with `spillway mcp`, spoken by an independent implementation of the
+protocol: the official Python SDK. It lists the tools and calls run, read and grep against a
+running store, checking what the model would read. Prints `N passed, N failed`.
+
+Usage: mcp_session.py SPILLWAY_BINARY STORE_URL TOKEN
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+
+class Checks:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def __call__(self, name, cond, detail=""):
+        if cond:
+            self.passed += 1
+            print(f"ok   {name}")
+        else:
+            self.failed += 1
+            print(f"FAIL {name}: {detail}")
+
+
+def text_of(result):
+    return "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+async def session(binary, url, token, check):
+    env = {**os.environ, "SPILLWAY_URL": url, "SPILLWAY_TOKEN": token}
+    params = StdioServerParameters(command=binary, args=["mcp"], env=env)
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            check("five tools", sorted(tools) == ["background", "grep", "read", "run", "tail"], sorted(tools))
+            run_schema = tools["run"].input_schema if "run" in tools else {}
+            check("run takes a command", run_schema.get("required") == ["command"], run_schema)
+
+            r = await s.call_tool("run", {"command": "seq 1 300000; echo done >&2"})
+            check("run succeeds", not r.is_error, text_of(r)[:300])
+            receipt = json.loads(text_of(r)) if not r.is_error else {}
+            stdout = receipt.get("stdout", {})
+            check("run's text is the exec JSON", stdout.get("truncated") is True and stdout.get("saved") is True, stdout)
+            check("structuredContent carries it too", (r.structured_content or {}).get("stdout", {}).get("digest") == stdout.get("digest"))
+            check("stderr apart", receipt.get("stderr", {}).get("result") == "done\n", receipt.get("stderr"))
+            check("the preview stays under the cap", len(stdout.get("result", "").encode()) <= 100_000)
+            digest = stdout.get("digest")
+
+            r = await s.call_tool("read", {"digest": digest, "line": 150000, "lines": 2})
+            page = text_of(r)
+            check("read pages the saved output", page.startswith("150000\t150000\n150001\t150001\n"), page[:200])
+            check("read says where to continue", "continue with line=150002" in page, page[-200:])
+            r = await s.call_tool("read", {"digest": digest})
+            body = text_of(r).rsplit("\n", 1)[0]
+            check("a read is at most 100,000 bytes", len(body.encode()) <= 100_000, len(body.encode()))
+
+            r = await s.call_tool("grep", {"digest": digest, "pattern": "^1234[0-9]$", "max_matches": 2})
+            rows = text_of(r)
+            check("grep answers numbered rows", rows.startswith("12340: 12340\n12341: 12341\n"), rows[:200])
+            check("grep says where to resume", "from_line=12342" in rows, rows)
+
+            r = await s.call_tool("read", {"digest": "blake3:not-a-digest"})
+            check("a bad digest is an error result", r.is_error and "invalid digest" in text_of(r), text_of(r))
+
+
+def main():
+    binary, url, token = sys.argv[1:4]
+    check = Checks()
+    try:
+        asyncio.run(session(binary, url, token, check))
+    except Exception as e:  # a protocol failure is a failed check, reported like the others
+        check("the session completes", False, repr(e))
+    print(f"{check.passed} passed, {check.failed} failed")
+    sys.exit(1 if check.failed else 0)
+
+
+if __name__ == "__main__":
+    main()
