@@ -236,6 +236,9 @@ pub struct RetentionSummary {
     pub blobs_deleted: u64,
     /// Bytes freed.
     pub bytes_freed: u64,
+    /// Bytes with no metadata row (left by a crash) that were deleted.
+    #[serde(default)]
+    pub orphans_deleted: u64,
     /// True when nothing was changed.
     pub dry_run: bool,
 }

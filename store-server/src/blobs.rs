@@ -431,6 +431,32 @@ impl BlobStore {
         }
     }
 
+    /// Every stored blob (not the inline ones): its digest, size and when its bytes were
+    /// written, in milliseconds since the epoch. Keys that are not blobs are skipped.
+    pub fn list(&self) -> BoxStream<'_, Result<(Digest, u64, i64), BlobError>> {
+        self.store
+            .list(Some(&Path::from("blobs")))
+            .filter_map(|meta| async move {
+                match meta {
+                    Ok(m) => {
+                        let name = m.location.filename()?;
+                        let d: Digest = format!("blake3:{name}").parse().ok()?;
+                        Some(Ok((d, m.size, m.last_modified.timestamp_millis())))
+                    }
+                    Err(e) => Some(Err(e.into())),
+                }
+            })
+            .boxed()
+    }
+
+    /// Writes bytes under a digest's key with no checks at all: what a crash between
+    /// publication and the metadata row leaves behind, for the tests of the sweep.
+    #[cfg(feature = "testing")]
+    pub async fn plant(&self, d: &Digest, data: Bytes) -> Result<(), BlobError> {
+        self.store.put(&blob_key(d), data.into()).await?;
+        Ok(())
+    }
+
     /// True when the bytes of `d` are present (tests and repair).
     pub async fn exists(&self, d: &Digest) -> Result<bool, BlobError> {
         match self.store.head(&blob_key(d)).await {

@@ -32,7 +32,12 @@ pub struct ManualClock {
 impl ManualClock {
     /// Moves time forward by `secs` seconds.
     pub fn advance_secs(&self, secs: i64) {
-        self.offset_ms.fetch_add(secs * 1000, Ordering::SeqCst);
+        self.advance_ms(secs * 1000);
+    }
+
+    /// Moves time forward by `ms` milliseconds.
+    pub fn advance_ms(&self, ms: i64) {
+        self.offset_ms.fetch_add(ms, Ordering::SeqCst);
     }
 }
 

@@ -27,6 +27,14 @@ pub struct Config {
     pub retention_grace: Duration,
     /// After this long, a deletion that a crashed pass left half-done is finished by the next.
     pub deletion_lease: Duration,
+    /// A client must send a request's whole header within this long, on a new connection and
+    /// between requests of a kept-alive one: idle and trickling connections are closed.
+    pub header_read_timeout: Duration,
+    /// An upload or append whose body sends nothing for this long is dropped (and what it
+    /// staged is removed).
+    pub body_idle_timeout: Duration,
+    /// Most connections served at once; more wait in the listen queue.
+    pub max_connections: usize,
     /// How long a replica trusts a token it has checked: a revoked token is refused by every
     /// replica within this long.
     pub token_cache_ttl: Duration,
@@ -49,6 +57,9 @@ impl Config {
             retention_grace: Duration::from_secs(3600),
             deletion_lease: Duration::from_secs(300),
             token_cache_ttl: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(30),
+            body_idle_timeout: Duration::from_secs(60),
+            max_connections: 1024,
         }
     }
 

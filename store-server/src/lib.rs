@@ -10,6 +10,7 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod json;
+pub mod listen;
 pub mod retention;
 pub mod routes;
 pub mod server;

@@ -16,19 +16,16 @@ use spillway_server::Config;
 #[command(version, about)]
 struct Cli {
     #[command(flatten)]
-    opts: Opts,
+    store: StoreOpts,
+    #[command(flatten)]
+    serve: ServeOpts,
     #[command(subcommand)]
     command: Option<Command>,
 }
 
+/// Where the store is: every subcommand needs these.
 #[derive(Args, Debug)]
-struct Opts {
-    /// Address to listen on.
-    #[arg(long, env = "SPILLWAY_LISTEN", default_value = "127.0.0.1:7745")]
-    listen: SocketAddr,
-    /// Log lines as text or JSON.
-    #[arg(long, env = "SPILLWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
-    log_format: LogFormat,
+struct StoreOpts {
     /// Directory for the SQLite database, the blob directory and the first-start token.
     #[arg(long, env = "SPILLWAY_DATA_DIR", default_value = "./spillway-data", global = true)]
     data_dir: PathBuf,
@@ -38,12 +35,30 @@ struct Opts {
     /// `file:///path` or `s3://bucket/prefix` (default: the data directory's `blobs/`).
     #[arg(long, env = "SPILLWAY_BLOB_STORE", global = true)]
     blob_store: Option<String>,
+    /// Log lines as text or JSON.
+    #[arg(long, env = "SPILLWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+}
+
+/// Retention settings: the server's interval loop and the one-shot `retention` take them.
+#[derive(Args, Debug)]
+struct RetentionOpts {
     /// Seconds between retention passes.
-    #[arg(long, env = "SPILLWAY_RETENTION_INTERVAL", default_value_t = 3600, global = true)]
+    #[arg(long, env = "SPILLWAY_RETENTION_INTERVAL", default_value_t = 3600)]
     retention_interval: u64,
     /// Seconds unreferenced bytes are kept before they are deleted.
-    #[arg(long, env = "SPILLWAY_RETENTION_GRACE", default_value_t = 3600, global = true)]
+    #[arg(long, env = "SPILLWAY_RETENTION_GRACE", default_value_t = 3600)]
     retention_grace: u64,
+}
+
+/// Serving settings (the server alone).
+#[derive(Args, Debug)]
+struct ServeOpts {
+    /// Address to listen on.
+    #[arg(long, env = "SPILLWAY_LISTEN", default_value = "127.0.0.1:7745")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    retention: RetentionOpts,
     /// Largest blob an upload may carry, in bytes.
     #[arg(long, env = "SPILLWAY_MAX_BLOB_BYTES", default_value_t = 1 << 30)]
     max_blob_bytes: u64,
@@ -53,12 +68,21 @@ struct Opts {
     /// Longest TTL an upload may ask for, in seconds.
     #[arg(long, env = "SPILLWAY_MAX_TTL", default_value_t = 90 * 24 * 3600)]
     max_ttl: u64,
-    /// Seconds a replica trusts a token it has checked (a revoked token is refused within this).
-    #[arg(long, env = "SPILLWAY_TOKEN_CACHE_TTL", default_value_t = 30)]
-    token_cache_ttl: u64,
     /// Default and maximum size of a stream, in bytes.
     #[arg(long, env = "SPILLWAY_MAX_STREAM_BYTES", default_value_t = 50 << 20)]
     max_stream_bytes: u64,
+    /// Seconds a client has to send a request's header (also closes idle kept-alive connections).
+    #[arg(long, env = "SPILLWAY_HEADER_READ_TIMEOUT", default_value_t = 30)]
+    header_read_timeout: u64,
+    /// Seconds an upload's body may send nothing before the upload is dropped.
+    #[arg(long, env = "SPILLWAY_BODY_IDLE_TIMEOUT", default_value_t = 60)]
+    body_idle_timeout: u64,
+    /// Most connections served at once; more wait in the listen queue.
+    #[arg(long, env = "SPILLWAY_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
+    /// Seconds a replica trusts a token it has checked (a revoked token is refused within this; at most 30).
+    #[arg(long, env = "SPILLWAY_TOKEN_CACHE_TTL", default_value_t = 30)]
+    token_cache_ttl: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -73,6 +97,8 @@ enum Command {
         /// Report what would be deleted without deleting it.
         #[arg(long)]
         dry_run: bool,
+        #[command(flatten)]
+        retention: RetentionOpts,
     },
 }
 
@@ -100,7 +126,7 @@ fn parse_scope(s: &str) -> Result<Scope, String> {
     Scope::parse(s).ok_or_else(|| format!("unknown scope {s:?}: use read, write or admin"))
 }
 
-impl Opts {
+impl StoreOpts {
     fn config(&self) -> anyhow::Result<Config> {
         // Relative to the working directory, and absolute from here on: `file://` URLs and
         // the token file are built from it.
@@ -109,14 +135,28 @@ impl Opts {
         let mut c = Config::new(data_dir);
         c.database_url = self.database_url.clone();
         c.blob_store = self.blob_store.clone();
+        Ok(c)
+    }
+}
+
+impl RetentionOpts {
+    fn apply(&self, c: &mut Config) {
         c.retention_interval = Duration::from_secs(self.retention_interval.max(1));
         c.retention_grace = Duration::from_secs(self.retention_grace);
+    }
+}
+
+impl ServeOpts {
+    fn apply(&self, c: &mut Config) {
+        self.retention.apply(c);
         c.max_blob_bytes = self.max_blob_bytes;
         c.default_ttl = Duration::from_secs(self.default_ttl);
         c.max_ttl = Duration::from_secs(self.max_ttl);
         c.max_stream_bytes = self.max_stream_bytes;
         c.token_cache_ttl = Duration::from_secs(self.token_cache_ttl.min(30));
-        Ok(c)
+        c.header_read_timeout = Duration::from_secs(self.header_read_timeout.max(1));
+        c.body_idle_timeout = Duration::from_secs(self.body_idle_timeout.max(1));
+        c.max_connections = self.max_connections.max(1);
     }
 }
 
@@ -143,14 +183,20 @@ fn init_tracing(format: LogFormat) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_tracing(cli.opts.log_format);
-    let state = spillway_server::build_state(cli.opts.config()?, Arc::new(SystemClock)).await?;
+    init_tracing(cli.store.log_format);
+    let mut config = cli.store.config()?;
+    match &cli.command {
+        None => cli.serve.apply(&mut config),
+        Some(Command::Retention { retention, .. }) => retention.apply(&mut config),
+        Some(Command::Token { .. }) => {}
+    }
+    let state = spillway_server::build_state(config, Arc::new(SystemClock)).await?;
     match cli.command {
         None => {
             spillway_server::ensure_first_token(&state).await?;
-            let listener = tokio::net::TcpListener::bind(cli.opts.listen)
+            let listener = tokio::net::TcpListener::bind(cli.serve.listen)
                 .await
-                .with_context(|| format!("cannot listen on {}", cli.opts.listen))?;
+                .with_context(|| format!("cannot listen on {}", cli.serve.listen))?;
             tracing::info!(addr = %listener.local_addr()?, "spillway-server listening");
             spillway_server::serve(listener, state, shutdown_signal()).await?;
         }
@@ -174,7 +220,7 @@ async fn main() -> anyhow::Result<()> {
             anyhow::ensure!(state.db.revoke_token(&id).await?, "no token has id {id:?} (see `token list`)");
             eprintln!("revoked {id}: every replica refuses it within 30 seconds");
         }
-        Some(Command::Retention { dry_run }) => {
+        Some(Command::Retention { dry_run, .. }) => {
             let summary = spillway_server::run_retention_once(&state, dry_run).await?;
             println!("{}", serde_json::to_string(&summary)?);
         }

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use spillway_api::{Digest, RetentionSummary};
 use tokio_util::sync::CancellationToken;
 
@@ -24,6 +25,7 @@ pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Resu
         (s.blobs_deleted, s.bytes_freed) = state.db.count_collectable(now, cutoff).await?;
         return Ok(s);
     }
+    state.db.mark_expired(now).await?;
     loop {
         let n = state.db.expire_refs(now, PAGE).await?;
         s.references_expired += n;
@@ -69,10 +71,40 @@ pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Resu
             _ => break,
         }
     }
+    sweep_orphans(state, cutoff, now, &mut s).await?;
     metrics::counter!("spillway_retention_expired_refs_total").increment(s.references_expired);
     metrics::counter!("spillway_retention_deleted_blobs_total").increment(s.blobs_deleted);
     metrics::counter!("spillway_retention_freed_bytes_total").increment(s.bytes_freed);
     Ok(s)
+}
+
+/// Bytes with no row, written before `cutoff` (a crash between publication and the row):
+/// each is claimed with a `deleting` row first, so an upload of the same content waits and
+/// publishes again rather than racing the deletion.
+async fn sweep_orphans(state: &AppState, cutoff: i64, now: i64, s: &mut RetentionSummary) -> anyhow::Result<()> {
+    use futures::TryStreamExt;
+    let mut listed = state.blobs.list().try_filter(|(_, _, written)| std::future::ready(*written <= cutoff)).boxed();
+    let mut batch = Vec::with_capacity(PAGE as usize);
+    loop {
+        let next = listed.try_next().await?;
+        let done = next.is_none();
+        batch.extend(next);
+        if batch.len() < PAGE as usize && !done {
+            continue;
+        }
+        let hexes: Vec<String> = batch.iter().map(|(d, _, _)| d.hex()).collect();
+        let known = state.db.known_blobs(&hexes).await?;
+        for ((_, size, _), hex) in batch.drain(..).zip(hexes) {
+            if !known.contains(&hex) && state.db.claim_orphan(&hex, now).await? && delete(state, &hex).await? {
+                tracing::info!(digest = %hex, size, "deleted bytes that had no metadata row");
+                s.orphans_deleted += 1;
+                s.bytes_freed += size;
+            }
+        }
+        if done {
+            return Ok(());
+        }
+    }
 }
 
 /// Second phase for one claimed blob: the bytes, then the row. Missing bytes count as deleted.

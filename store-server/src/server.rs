@@ -5,7 +5,6 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -58,7 +57,10 @@ fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
     f.sync_all()
 }
 
-/// Serves until `shutdown` completes, running retention on its interval meanwhile.
+/// Serves until `shutdown` completes, running retention on its interval meanwhile. Each
+/// connection is HTTP/1.1 with the configured header-read timeout (which also closes idle
+/// kept-alive connections) and counts against `max_connections`; request bodies that stall
+/// past `body_idle_timeout` fail.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
@@ -66,12 +68,13 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let cancel = CancellationToken::new();
     let retention = tokio::spawn(run_retention(state.clone(), state.config.retention_interval, cancel.clone()));
-    let listener = listener.tap_io(|tcp| {
-        // Without it every small reply waits on Nagle and delayed ACK (~40 ms).
-        let _ = tcp.set_nodelay(true);
-    });
-    let result = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
+    let config = state.config.clone();
+    let idle = config.body_idle_timeout;
+    let app = router(state).layer(axum::middleware::map_request(move |req: axum::extract::Request| async move {
+        req.map(|body| axum::body::Body::new(tower_http::timeout::TimeoutBody::new(idle, body)))
+    }));
+    crate::listen::accept_loop(listener, app, &config, shutdown).await;
     cancel.cancel();
     let _ = retention.await;
-    result
+    Ok(())
 }

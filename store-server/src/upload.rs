@@ -45,7 +45,10 @@ impl From<BlobError> for ApiError {
                 tracing::error!(cause = %m, "blob storage full");
                 ApiError::InsufficientStorage
             }
-            BlobError::NotFound => ApiError::internal("blob bytes missing from storage"),
+            BlobError::NotFound => {
+                tracing::error!("blob bytes missing from storage");
+                ApiError::Unavailable("the blob's bytes are being replaced; retry".into())
+            }
             BlobError::Storage(m) => {
                 tracing::error!(cause = %m, "blob storage failed");
                 ApiError::Unavailable("blob storage is unavailable; retry".into())
@@ -117,7 +120,15 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
         step = match step {
             AddRef::Added { deduplicated } => break deduplicated,
             AddRef::Absent => {
-                state.blobs.publish(staged).await?;
+                match state.blobs.publish(staged).await {
+                    // Whatever raced the publication (retention collecting the same content
+                    // under it), the staged copy is still ours: publish it again.
+                    Err(BlobError::NotFound) if tokio::time::Instant::now() < give_up => {
+                        tracing::warn!(digest = %staged.digest, "publication raced a deletion; publishing again");
+                        continue;
+                    }
+                    other => other?,
+                }
                 let row = BlobRow {
                     digest: hex.clone(),
                     sha256: hex::encode(staged.sha256),

@@ -254,22 +254,37 @@ impl Db {
         .await
     }
 
-    async fn delete_refs_where(&self, sql: &'static str, ns: &str, digest: &str) -> Result<u64, sqlx::Error> {
+    /// Runs a reference deletion and, when it took the blob's last live reference, starts
+    /// the blob's grace period now (not at the next retention pass).
+    async fn delete_refs_where(&self, sql: &'static str, ns: &str, digest: &str, now: i64) -> Result<u64, sqlx::Error> {
         let (ns, digest) = (ns.to_owned(), digest.to_owned());
         self.write(move |c| {
-            Box::pin(async move { Ok(sqlx::query(sql).bind(ns).bind(digest).execute(c).await?.rows_affected()) })
+            Box::pin(async move {
+                let n = sqlx::query(sql).bind(&ns).bind(&digest).execute(&mut *c).await?.rows_affected();
+                sqlx::query(
+                    "UPDATE blobs SET unreferenced_since = $2 WHERE digest = $1 AND state = 'live' \
+                     AND unreferenced_since IS NULL AND NOT EXISTS (SELECT 1 FROM refs r \
+                     WHERE r.digest = blobs.digest AND (r.pinned = 1 OR r.expires_at > $2))",
+                )
+                .bind(&digest)
+                .bind(now)
+                .execute(&mut *c)
+                .await?;
+                Ok(n)
+            })
         })
         .await
     }
 
     /// Removes this namespace's pins of a blob; returns how many there were.
-    pub async fn unpin(&self, ns: &str, digest: &str) -> Result<u64, sqlx::Error> {
-        self.delete_refs_where("DELETE FROM refs WHERE namespace = $1 AND digest = $2 AND pinned = 1", ns, digest).await
+    pub async fn unpin(&self, ns: &str, digest: &str, now: i64) -> Result<u64, sqlx::Error> {
+        let sql = "DELETE FROM refs WHERE namespace = $1 AND digest = $2 AND pinned = 1";
+        self.delete_refs_where(sql, ns, digest, now).await
     }
 
     /// Removes all of this namespace's references to a blob; returns how many there were.
-    pub async fn delete_refs(&self, ns: &str, digest: &str) -> Result<u64, sqlx::Error> {
-        self.delete_refs_where("DELETE FROM refs WHERE namespace = $1 AND digest = $2", ns, digest).await
+    pub async fn delete_refs(&self, ns: &str, digest: &str, now: i64) -> Result<u64, sqlx::Error> {
+        self.delete_refs_where("DELETE FROM refs WHERE namespace = $1 AND digest = $2", ns, digest, now).await
     }
 
     /// A page of this namespace's live references, newest first, filtered by labels.

@@ -43,7 +43,62 @@ impl Db {
         Ok(n as u64)
     }
 
-    /// Starts the grace period of every live blob that no reference points to.
+    /// Of these digests (64 hex), those that have a row.
+    pub async fn known_blobs(&self, digests: &[String]) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+        if digests.is_empty() {
+            return Ok(Default::default());
+        }
+        let marks: Vec<String> = (1..=digests.len()).map(|i| format!("${i}")).collect();
+        let sql = format!("SELECT digest FROM blobs WHERE digest IN ({})", marks.join(", "));
+        let mut q = sqlx::query_scalar::<_, String>(&sql);
+        for d in digests {
+            q = q.bind(d);
+        }
+        Ok(q.fetch_all(&self.pool).await?.into_iter().collect())
+    }
+
+    /// Claims bytes that have no row (a crash between publication and the row) by writing a
+    /// `deleting` row for them, so that an upload of the same content about to insert its row
+    /// waits for the sweep and publishes again. False when a row appeared first.
+    pub async fn claim_orphan(&self, digest: &str, now: i64) -> Result<bool, sqlx::Error> {
+        let digest = digest.to_owned();
+        self.write(move |c| {
+            Box::pin(async move {
+                let n = sqlx::query(
+                    "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, state, deleting_since) \
+                     VALUES ($1, '', 0, 0, $2, $3, 'deleting', $3) ON CONFLICT (digest) DO NOTHING",
+                )
+                .bind(digest)
+                .bind(Vec::<u8>::new())
+                .bind(now)
+                .execute(c)
+                .await?
+                .rows_affected();
+                Ok(n == 1)
+            })
+        })
+        .await
+    }
+
+    /// Starts the grace period of every live blob whose references have all expired, from the
+    /// moment the last of them expired: the grace is exact, whenever the pass runs.
+    pub async fn mark_expired(&self, now: i64) -> Result<u64, sqlx::Error> {
+        self.write(move |c| {
+            Box::pin(async move {
+                let sql = "UPDATE blobs SET unreferenced_since = \
+                               (SELECT MAX(r.expires_at) FROM refs r WHERE r.digest = blobs.digest) \
+                           WHERE state = 'live' AND unreferenced_since IS NULL \
+                           AND EXISTS (SELECT 1 FROM refs r WHERE r.digest = blobs.digest) \
+                           AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = blobs.digest \
+                                           AND (r.pinned = 1 OR r.expires_at > $1))";
+                Ok(sqlx::query(sql).bind(now).execute(c).await?.rows_affected())
+            })
+        })
+        .await
+    }
+
+    /// Starts the grace period of every live blob that no reference points to (one whose
+    /// references went some other way, such as a crash between steps).
     pub async fn mark_unreferenced(&self, now: i64) -> Result<u64, sqlx::Error> {
         self.write(move |c| {
             Box::pin(async move {

@@ -17,7 +17,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use serde::de::DeserializeOwned;
-use spillway_api::{AnyDigest, Labels, MAX_LABELS, MAX_LABEL_VALUE};
+use spillway_api::{AnyDigest, ErrorCode, Labels, MAX_LABELS, MAX_LABEL_VALUE};
 use tower_http::trace::TraceLayer;
 
 use crate::error::ApiError;
@@ -50,6 +50,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(ops::openapi))
         .merge(v1)
         .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn(track))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
@@ -57,6 +58,38 @@ pub fn router(state: AppState) -> Router {
 
 async fn not_found() -> ApiError {
     ApiError::NotFound("route".into())
+}
+
+/// Every error is the contract's JSON, including those the HTTP layer makes before a handler
+/// runs: 405, an undecodable path (axum's rejections), and the like.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let said = String::from_utf8_lossy(&text).trim().to_owned();
+    let (code, message) = match status.as_u16() {
+        405 => (ErrorCode::InvalidArgument, format!("method {method} is not allowed on {path}")),
+        404 => (ErrorCode::NotFound, format!("no route {path}")),
+        413 => (ErrorCode::TooLarge, "the request is too large".to_owned()),
+        503 => (ErrorCode::Unavailable, "the service is unavailable; retry".to_owned()),
+        s if s >= 500 => (ErrorCode::Internal, "internal server error".to_owned()),
+        _ if said.is_empty() => (ErrorCode::InvalidArgument, format!("malformed request to {path}")),
+        _ => (ErrorCode::InvalidArgument, said),
+    };
+    let body = serde_json::to_vec(&spillway_api::ErrorBody::new(code, message)).unwrap_or_default();
+    parts.headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 /// Counts requests by route and status, and logs one line per request at info: method,
@@ -93,9 +126,22 @@ async fn track(mut req: Request, next: Next) -> Response {
 #[derive(Debug)]
 pub struct Q<T>(pub T);
 
+/// Refuses a query whose parameters do not decode to UTF-8 (serde would replace the bad bytes
+/// silently, so a label value or a pattern would not be what the caller sent).
+fn check_query_utf8(query: &str) -> Result<(), ApiError> {
+    for part in query.split(['&', '=']) {
+        let spaced = part.replace('+', " ");
+        if percent_encoding::percent_decode_str(&spaced).decode_utf8().is_err() {
+            return Err(ApiError::InvalidArgument(format!("query parameter {part:?} is not valid UTF-8")));
+        }
+    }
+    Ok(())
+}
+
 impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Q<T> {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        check_query_utf8(parts.uri.query().unwrap_or_default())?;
         Query::<T>::from_request_parts(parts, state)
             .await
             .map(|Query(v)| Q(v))
@@ -158,7 +204,9 @@ impl RefOptions {
                         v.len()
                     )));
                 }
-                out.labels.insert(key.to_owned(), v);
+                if out.labels.insert(key.to_owned(), v).is_some() {
+                    return Err(ApiError::InvalidArgument(format!("label {key} is given twice")));
+                }
                 if out.labels.len() > MAX_LABELS {
                     return Err(ApiError::InvalidArgument(format!("at most {MAX_LABELS} labels")));
                 }

@@ -29,7 +29,9 @@ pub(super) async fn list_refs(
             if !spillway_api::valid_label_key(key) {
                 return Err(ApiError::InvalidArgument(format!("invalid label key {key:?}")));
             }
-            filter.insert(key.to_owned(), v);
+            if filter.insert(key.to_owned(), v).is_some() {
+                return Err(ApiError::InvalidArgument(format!("label {key} is given twice")));
+            }
         } else if k == "limit" {
             limit = v
                 .parse()

@@ -8,7 +8,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
 use serde::Deserialize;
 use spillway_api::{
     AppendResponse, BlobRecord, Labels, ReadPage, SealRequest, StreamCreated, StreamInfo, StreamState, MAX_WAIT_MS,
@@ -25,8 +26,8 @@ use crate::upload::{self, RefSpec};
 use spillway_api::paging::lines::Checkpoint;
 use spillway_api::paging::{PageResult, Source};
 
-/// Largest body one append may carry.
-const MAX_APPEND: usize = 16 << 20;
+/// An append's body is stored in pieces of this size (an append of any size is taken).
+const APPEND_PIECE: usize = 4 << 20;
 /// How often a long-poll looks at the database for appends made through other replicas.
 const POLL_EVERY: Duration = Duration::from_millis(100);
 /// Chunk size when a seal reads the stream back.
@@ -123,19 +124,60 @@ pub(super) async fn append_stream(
 ) -> ApiResult<Json<AppendResponse>> {
     caller.require(Scope::Write)?;
     check_id(&id)?;
-    let data = axum::body::to_bytes(body, MAX_APPEND).await.map_err(|_| ApiError::TooLarge(MAX_APPEND as u64))?;
-    match state.db.append_stream(&caller.namespace, &id, q.offset, &data).await? {
+    // The body is taken in pieces, each an offset-checked append of its own, so an append of
+    // any size stores up to the stream's cap and a retried one is a no-op piece by piece.
+    let mut frames = body.into_data_stream();
+    let (mut offset, mut piece) = (q.offset, BytesMut::new());
+    let mut last = None;
+    loop {
+        let frame = frames
+            .next()
+            .await
+            .transpose()
+            .map_err(|e| ApiError::InvalidArgument(format!("reading the request body failed: {e}")))?;
+        let done = frame.is_none();
+        match frame {
+            Some(f) => {
+                piece.extend_from_slice(&f);
+                if piece.len() < APPEND_PIECE {
+                    continue;
+                }
+            }
+            None if piece.is_empty() && last.is_some() => break,
+            None => {}
+        }
+        let data = piece.split().freeze();
+        let answer = append_piece(&state, &caller, &id, offset, q.offset, &data).await?;
+        offset += data.len() as u64;
+        last = Some(answer);
+        if done {
+            break;
+        }
+    }
+    Ok(Json(last.expect("at least one piece is appended")))
+}
+
+/// One piece of an append; the stream's cap reached is `413 stream_limit_exceeded`.
+async fn append_piece(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    offset: u64,
+    asked: u64,
+    data: &Bytes,
+) -> ApiResult<AppendResponse> {
+    match state.db.append_stream(&caller.namespace, id, offset, data).await? {
         AppendOutcome::Stored { size, state: st, dropped } => {
-            state.stream_waiters.wake(&id);
+            state.stream_waiters.wake(id);
             metrics::counter!("spillway_bytes_in_total").increment(data.len() as u64 - dropped);
             if dropped > 0 {
-                let row = find(&state, &caller, &id).await?;
+                let row = find(state, caller, id).await?;
                 return Err(ApiError::StreamLimitExceeded(row.max_bytes));
             }
-            Ok(Json(AppendResponse { size, state: st }))
+            Ok(AppendResponse { size, state: st })
         }
         AppendOutcome::NotFound => Err(ApiError::NotFound(format!("stream {id}"))),
-        AppendOutcome::OffsetMismatch(size) => Err(ApiError::OffsetMismatch { given: q.offset, size }),
+        AppendOutcome::OffsetMismatch(size) => Err(ApiError::OffsetMismatch { given: asked, size }),
         AppendOutcome::Closed(st) => Err(ApiError::StreamClosed(st.as_str())),
     }
 }

@@ -3,6 +3,7 @@
 
 mod blobs;
 mod crash;
+mod http;
 mod ops;
 mod read;
 mod replicas;

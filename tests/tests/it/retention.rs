@@ -59,9 +59,10 @@ async fn ttl_pins_and_shared_blobs() {
     assert!(is_stored(&srv, &shared).await);
     assert_eq!(b.get(&Digest::of(&shared).to_string()).await.unwrap().bytes().await.unwrap(), shared);
 
-    srv.clock.advance_secs(100);
-    srv.retention().await; // B's reference expires; grace starts
-    srv.clock.advance_secs(61);
+    srv.clock.advance_secs(30); // t = 102 s: B's reference expired at 100 s; its grace runs to 160 s
+    assert_eq!(srv.retention().await.blobs_deleted, 0);
+    assert!(is_stored(&srv, &shared).await);
+    srv.clock.advance_secs(59); // t = 161 s
     let s = srv.retention().await;
     assert_eq!(s.blobs_deleted, 1);
     assert!(!is_stored(&srv, &shared).await);
@@ -107,5 +108,67 @@ async fn expired_streams_go() {
     let sum = srv.retention().await;
     assert_eq!(sum.streams_expired, 1);
     assert!(c.stream_info(&s.id).await.unwrap_err().is_not_found());
+    srv.stop().await;
+}
+
+/// Grace counts from the moment a blob lost its last reference — its expiry, or its delete —
+/// not from the retention pass that noticed: grace 1 s means collected 1 s later, not 2.
+#[tokio::test(flavor = "multi_thread")]
+async fn grace_counts_from_the_moment_the_last_reference_went() {
+    let srv = TestServer::start_with(|c| c.retention_grace = Duration::from_secs(1)).await;
+    let c = srv.client();
+    let expiring = Bytes::from(vec![b'e'; 100_000]);
+    let deleted = Bytes::from(vec![b'd'; 100_000]);
+    c.put(expiring.clone(), &ttl(1)).await.unwrap();
+    c.put(deleted.clone(), &ttl(3600)).await.unwrap();
+    c.delete(&Digest::of(&deleted).to_string()).await.unwrap(); // its grace starts now
+                                                                // The real clock moves too, by milliseconds: the margins below are 400 ms and more.
+    srv.clock.advance_ms(1_500); // the expiry was at +1 s (grace ends +2 s); the delete's grace ended at +1 s
+    let s = srv.retention().await;
+    assert_eq!(s.blobs_deleted, 1, "{s:?}");
+    assert!(!is_stored(&srv, &deleted).await, "deleted 1.5 s ago with grace 1 s: collected");
+    assert!(is_stored(&srv, &expiring).await, "expired 0.5 s ago: still in its grace");
+    srv.clock.advance_ms(600); // +2.1 s
+    let s = srv.retention().await;
+    assert_eq!(s.blobs_deleted, 1, "{s:?}");
+    assert!(!is_stored(&srv, &expiring).await, "expired 1.1 s ago with grace 1 s: collected");
+    srv.stop().await;
+}
+
+/// Bytes with no metadata row — what a crash between publication and the row leaves — are
+/// deleted by retention once older than the grace period, and never race an upload of the
+/// same content: the sweep claims the digest with a `deleting` row first, and the upload waits
+/// and publishes again.
+#[tokio::test(flavor = "multi_thread")]
+async fn bytes_without_a_row_are_swept_after_the_grace() {
+    let srv = TestServer::start_with(|c| c.retention_grace = Duration::from_secs(60)).await;
+    let c = srv.client();
+    let orphan = Bytes::from(vec![b'o'; 100_000]);
+    let d = Digest::of(&orphan);
+    srv.state.blobs.plant(&d, orphan.clone()).await.unwrap();
+    let kept = Bytes::from(vec![b'k'; 100_000]);
+    c.put(kept.clone(), &ttl(3600)).await.unwrap();
+    let s = srv.retention().await;
+    assert_eq!(s.orphans_deleted, 0, "younger than the grace: kept");
+    assert!(srv.state.blobs.exists(&d).await.unwrap());
+    srv.clock.advance_secs(61);
+    let s = srv.retention().await;
+    assert_eq!((s.orphans_deleted, s.blobs_deleted), (1, 0), "{s:?}");
+    assert!(s.bytes_freed >= orphan.len() as u64);
+    assert!(!srv.state.blobs.exists(&d).await.unwrap());
+    assert!(is_stored(&srv, &kept).await, "bytes with a row are never swept");
+
+    // The race: the sweep has claimed the digest when an upload of the same bytes arrives.
+    srv.state.blobs.plant(&d, orphan.clone()).await.unwrap();
+    assert!(srv.state.db.claim_orphan(&d.hex(), srv.state.now()).await.unwrap());
+    let upload = {
+        let (c, orphan) = (c.clone(), orphan.clone());
+        tokio::spawn(async move { c.put(orphan, &ttl(3600)).await })
+    };
+    srv.state.blobs.delete(&d).await.unwrap(); // the sweep's second phase: bytes, then the row
+    assert!(srv.state.db.forget_blob(&d.hex()).await.unwrap());
+    let rec = upload.await.unwrap().expect("the upload waits for the sweep and stores the bytes again");
+    assert_eq!(c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap(), orphan);
+    assert!(srv.state.blobs.exists(&d).await.unwrap());
     srv.stop().await;
 }

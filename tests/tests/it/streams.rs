@@ -106,3 +106,34 @@ async fn long_poll_wakes_on_append() {
     assert_eq!(r.status(), 400);
     srv.stop().await;
 }
+
+/// Appends are taken whole, whatever their size: 20 MiB into a stream with room is stored (and
+/// a retry of it is a no-op); 40 MiB past a 50 MiB cap stores up to the cap and answers
+/// `413 stream_limit_exceeded`, so the task's supervisor stops it. The exit status given at
+/// seal is kept, and the stream still says it was capped.
+#[tokio::test(flavor = "multi_thread")]
+async fn large_appends_store_up_to_the_cap() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    let s = c.create_stream(&UploadOptions::default()).await.unwrap();
+    let big: Bytes =
+        (0..20u32 << 20).map(|i| b"abcdefghijklmnopqrstuvwxyz\n"[(i % 27) as usize]).collect::<Vec<u8>>().into();
+    assert_eq!(c.append(&s.id, 0, big.clone()).await.unwrap().size, 20 << 20);
+    assert_eq!(c.append(&s.id, 0, big.clone()).await.unwrap().size, 20 << 20, "a retry is a no-op");
+    let more = Bytes::from(vec![b'z'; 40 << 20]);
+    let err = c.append(&s.id, 20 << 20, more).await.unwrap_err();
+    assert_eq!(api_code(&err), (413, "stream_limit_exceeded".into()));
+    let info = c.stream_info(&s.id).await.unwrap();
+    assert_eq!((info.size, info.state, info.capped), (50 << 20, StreamState::Capped, true));
+    let p = c.read_stream(&s.id, ReadRequest::Bytes { offset: (20 << 20) - 3, limit: Some(6) }, None).await.unwrap();
+    assert_eq!(p.content, "xyzzzz", "the bytes before and after the first append's end");
+    let how = spillway_api::SealRequest { exit_code: None, signal: Some("TERM".into()) };
+    let rec = c.seal_with(&s.id, &how).await.unwrap();
+    assert_eq!(rec.size, 50 << 20);
+    let info = c.stream_info(&s.id).await.unwrap();
+    assert_eq!(
+        (info.state, info.capped, info.signal.as_deref(), info.exit_code),
+        (StreamState::Sealed, true, Some("TERM"), None)
+    );
+    srv.stop().await;
+}
