@@ -29,3 +29,14 @@ for _ in $(seq 100); do [ -f "$work/spw/token" ] && curl -s -o /dev/null http://
 r=$( { SPILLWAY_URL=http://127.0.0.1:17747 SPILLWAY_TOKEN=$(cat "$work/spw/token") /usr/bin/time -f '%e %M' \
   target/release/spillway exec -- head -c "$size" /dev/zero > "$work/remote.json"; } 2>&1 | tail -n 1)
 echo "spillway exec (store): ${r% *} s, peak RSS ${r#* } KiB, saved: $(python3 -c "import json;print(json.load(open('$work/remote.json'))['stdout']['saved'])")"
+
+# The same 1 GiB through MCP: the official Python SDK calls `run` on `spillway mcp`, spilling
+# to a local directory like the --local line above (the venv is scripts/check-clients').
+venv=target/clients-venv
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check mcp==2.3.0 schemathesis==4.32.5
+fi
+rm -rf "$work/mcp-out" && mkdir -p "$work/mcp-out"
+m=$(cd "$work/mcp-out" && "$OLDPWD/$venv/bin/python" "$OLDPWD/bench/mcp_run.py" "$OLDPWD/target/release/spillway" "$work/mcp.time" "head -c $size /dev/zero")
+t=$(cat "$work/mcp.time" | tail -n 1)
+echo "spillway mcp run (local): ${m% *} s for the call, peak RSS of spillway mcp ${t#* } KiB, saved: ${m#* }"

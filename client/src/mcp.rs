@@ -211,28 +211,16 @@ impl SpillwayTools {
         if bytes && (a.line.is_some() || a.lines.is_some()) {
             return Err(ClientError::Other("use line/lines or offset/limit, not both (invalid_argument)".into()));
         }
-        if is_stream_id(&a.digest) {
-            let store = self.store()?;
-            if let (Some(digest), false) = (store.stream_info(&a.digest).await?.digest, bytes) {
-                // A sealed stream is a blob: page it with line numbers like any other.
-                return numbered_page(&self.conn.reader()?, &parse_digest(&digest)?, a.line.unwrap_or(1), a.lines)
-                    .await;
-            }
-            let req = if bytes {
-                ReadRequest::Bytes { offset: a.offset.unwrap_or(0), limit: a.limit }
-            } else {
-                ReadRequest::Lines { line: a.line.unwrap_or(1), lines: a.lines }
-            };
-            let page = store.read_stream(&a.digest, req, None).await?;
-            return Ok(page_answer(&page, bytes));
-        }
-        let d = parse_digest(&a.digest)?;
-        let reader = self.conn.reader()?;
+        let target = if is_stream_id(&a.digest) {
+            Target::Stream(self.store()?, a.digest.clone())
+        } else {
+            Target::Blob(self.conn.reader()?, parse_digest(&a.digest)?)
+        };
         if bytes {
-            let page = reader.read(&d, ReadRequest::Bytes { offset: a.offset.unwrap_or(0), limit: a.limit }).await?;
+            let page = target.page(ReadRequest::Bytes { offset: a.offset.unwrap_or(0), limit: a.limit }).await?;
             return Ok(page_answer(&page, true));
         }
-        numbered_page(&reader, &d, a.line.unwrap_or(1), a.lines).await
+        numbered_page(&target, a.line.unwrap_or(1), a.lines).await
     }
 
     async fn grep(&self, a: GrepArgs) -> Result<Answer> {
@@ -315,13 +303,28 @@ fn page_answer(page: &ReadPage, bytes: bool) -> Answer {
     Answer { text: format!("{}{sep}{}", page.content, continuation(page, &span)), json: to_json(page) }
 }
 
+/// What `read` pages: a stored output, or a background task's stream (sealed or not).
+enum Target {
+    Blob(Reader, AnyDigest),
+    Stream(StoreClient, String),
+}
+
+impl Target {
+    async fn page(&self, req: ReadRequest) -> Result<ReadPage> {
+        match self {
+            Self::Blob(reader, d) => reader.read(d, req).await,
+            Self::Stream(store, id) => store.read_stream(id, req, None).await,
+        }
+    }
+}
+
 /// Width of the line-number column, as `cat -n` prints it.
 const NUMBER_WIDTH: usize = 6;
 
 /// A line page as `cat -n` would print it, the numbers included in the 100,000 bytes: lines
 /// that do not fit with their numbers are left for the next page.
-async fn numbered_page(reader: &Reader, d: &AnyDigest, line: u64, lines: Option<u64>) -> Result<Answer> {
-    let page = reader.read(d, ReadRequest::Lines { line, lines }).await?;
+async fn numbered_page(target: &Target, line: u64, lines: Option<u64>) -> Result<Answer> {
+    let page = target.page(ReadRequest::Lines { line, lines }).await?;
     let mut text = String::with_capacity(page.content.len() + 8 * 2000);
     let mut shown_lines = 0u64;
     let mut shown_bytes = 0u64;
@@ -336,7 +339,7 @@ async fn numbered_page(reader: &Reader, d: &AnyDigest, line: u64, lines: Option<
     }
     if shown_lines == 0 && page.length > 0 {
         // One line longer than a page: show it by bytes, leaving room for nothing but the text.
-        let page = reader.read(d, ReadRequest::Bytes { offset: page.offset, limit: None }).await?;
+        let page = target.page(ReadRequest::Bytes { offset: page.offset, limit: None }).await?;
         return Ok(page_answer(&page, true));
     }
     let end_line = page.start_line + shown_lines.max(1) - 1;

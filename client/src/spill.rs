@@ -229,6 +229,9 @@ impl RemoteStore {
 const REMOTE_QUEUE: usize = 32;
 
 struct RemoteWriter {
+    client: StoreClient,
+    /// Bytes handed to the upload so far.
+    sent: u64,
     tx: Option<mpsc::Sender<std::io::Result<Bytes>>>,
     task: tokio::task::JoinHandle<Result<spillway_api::BlobRecord>>,
 }
@@ -240,8 +243,11 @@ impl SpillTarget for RemoteStore {
         let client = self.client.clone();
         let opts = UploadOptions { ttl: self.ttl, labels: labels.to_vec(), max_bytes: None };
         let body = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
-        let task = tokio::spawn(async move { client.put_stream(body, &opts).await });
-        Ok(Box::new(RemoteWriter { tx: Some(tx), task }))
+        let task = {
+            let client = client.clone();
+            tokio::spawn(async move { client.put_stream(body, &opts).await })
+        };
+        Ok(Box::new(RemoteWriter { client, sent: 0, tx: Some(tx), task }))
     }
 
     async fn save(&self, data: Bytes, labels: &[(String, String)], deadline: &mut Deadline) -> Result<Location> {
@@ -257,6 +263,18 @@ impl RemoteWriter {
     async fn early_end(&mut self, deadline: &mut Deadline) -> ClientError {
         self.tx = None;
         match deadline.wait(&mut self.task).await {
+            // The store may refuse a request before reading its body (a bad token, a size it
+            // will not take) and close the connection while the body is still being sent; the
+            // client then sees a broken connection, not the answer. Ask the store why.
+            Ok(Ok(Err(e @ ClientError::Http(_)))) => match deadline.wait(self.client.check_access()).await {
+                Ok(Err(refused @ ClientError::Api { .. })) => refused,
+                Ok(Ok(Some(limit))) if self.sent > limit => ClientError::Api {
+                    status: 413,
+                    code: spillway_api::ErrorCode::TooLarge,
+                    message: format!("the output passed the store's limit of {limit} bytes"),
+                },
+                _ => e,
+            },
             Ok(Ok(Err(e))) => e,
             Ok(Ok(Ok(_))) => ClientError::Other("the store answered before the output was complete".into()),
             Ok(Err(join)) => ClientError::Other(format!("the upload task failed: {join}")),
@@ -274,8 +292,12 @@ impl SpillWriter for RemoteWriter {
         if self.task.is_finished() {
             return Err(self.early_end(deadline).await);
         }
+        let len = chunk.len() as u64;
         match deadline.wait(tx.send(Ok(chunk))).await? {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.sent += len;
+                Ok(())
+            }
             Err(_) => Err(self.early_end(deadline).await),
         }
     }

@@ -147,6 +147,18 @@ impl StoreClient {
         self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.token)
     }
 
+    /// Whether this token may write here, and the largest upload the store takes: the answer
+    /// to an empty request that needs the `write` scope (no stream is created: `max_bytes=0`
+    /// is refused after the token is checked).
+    pub async fn check_access(&self) -> Result<Option<u64>> {
+        let resp = self.req(Method::POST, "/v1/streams").query(&[("max_bytes", "0")]).send().await?;
+        let limit = resp.headers().get("x-spillway-max-blob-bytes").and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        match check(resp).await {
+            Err(ClientError::Api { status: 400, .. }) | Ok(_) => Ok(limit),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Uploads bytes whose digest the client computes (`PUT`); the server verifies it.
     pub async fn put(&self, data: Bytes, opts: &UploadOptions) -> Result<BlobRecord> {
         let digest = Digest::of(&data);

@@ -35,6 +35,9 @@ pub struct Config {
     pub body_idle_timeout: Duration,
     /// Most connections served at once; more wait in the listen queue.
     pub max_connections: usize,
+    /// Bytes of the space reserve kept beside an embedded (SQLite) database; at least what
+    /// SQLite needs to fold its log into the database (1,000 pages, 4 MiB), with room to spare.
+    pub storage_reserve_bytes: u64,
     /// How long a replica trusts a token it has checked: a revoked token is refused by every
     /// replica within this long.
     pub token_cache_ttl: Duration,
@@ -60,6 +63,7 @@ impl Config {
             header_read_timeout: Duration::from_secs(30),
             body_idle_timeout: Duration::from_secs(60),
             max_connections: 1024,
+            storage_reserve_bytes: 16 << 20,
         }
     }
 

@@ -95,8 +95,22 @@ impl ApiError {
     }
 }
 
+/// True when the database failed for want of space: SQLite's `SQLITE_FULL` (13, or the group
+/// commit's report of it), PostgreSQL's `disk_full` (53100).
+pub fn is_storage_full(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("13" | "53100")),
+        sqlx::Error::Io(io) => io.kind() == std::io::ErrorKind::StorageFull,
+        _ => false,
+    }
+}
+
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
+        if is_storage_full(&err) {
+            tracing::error!(cause = %err, "metadata database full");
+            return Self::InsufficientStorage;
+        }
         match err {
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
                 tracing::error!(cause = %err, "database unavailable");

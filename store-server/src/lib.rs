@@ -11,6 +11,7 @@ pub mod db;
 pub mod error;
 pub mod json;
 pub mod listen;
+pub mod reserve;
 pub mod retention;
 pub mod routes;
 pub mod server;

@@ -80,6 +80,9 @@ struct ServeOpts {
     /// Most connections served at once; more wait in the listen queue.
     #[arg(long, env = "SPILLWAY_MAX_CONNECTIONS", default_value_t = 1024)]
     max_connections: usize,
+    /// Bytes kept in reserve beside an embedded database, released when the disk fills so that deletes work.
+    #[arg(long, env = "SPILLWAY_STORAGE_RESERVE_BYTES", default_value_t = 16 << 20)]
+    storage_reserve_bytes: u64,
     /// Seconds a replica trusts a token it has checked (a revoked token is refused within this; at most 30).
     #[arg(long, env = "SPILLWAY_TOKEN_CACHE_TTL", default_value_t = 30)]
     token_cache_ttl: u64,
@@ -157,6 +160,7 @@ impl ServeOpts {
         c.header_read_timeout = Duration::from_secs(self.header_read_timeout.max(1));
         c.body_idle_timeout = Duration::from_secs(self.body_idle_timeout.max(1));
         c.max_connections = self.max_connections.max(1);
+        c.storage_reserve_bytes = self.storage_reserve_bytes;
     }
 }
 

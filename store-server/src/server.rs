@@ -23,8 +23,15 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
     let db = Db::connect(&config.database_url()).await?;
     let blobs = BlobStore::open(&config.blob_store_url()).await?;
     crate::routes::install_metrics();
-    let visibility = Arc::new(crate::state::VisibilityCache::new(db.backend() == crate::db::Backend::Sqlite));
+    let embedded = db.backend() == crate::db::Backend::Sqlite;
+    let visibility = Arc::new(crate::state::VisibilityCache::new(embedded));
+    let reserve = if embedded {
+        crate::reserve::Reserve::at(config.data_dir.join("space-reserve"), config.storage_reserve_bytes).await
+    } else {
+        crate::reserve::Reserve::none()
+    };
     Ok(AppState {
+        reserve: Arc::new(reserve),
         visibility,
         db,
         blobs,

@@ -30,6 +30,8 @@ pub struct AppState {
     pub visibility: Arc<VisibilityCache>,
     /// Recently seen tokens, so that a request costs no database round trip to authenticate.
     pub token_cache: Arc<crate::auth::TokenCache>,
+    /// Space kept back for deletes on a full disk (embedded store only).
+    pub reserve: Arc<crate::reserve::Reserve>,
 }
 
 impl AppState {

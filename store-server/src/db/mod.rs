@@ -36,7 +36,29 @@ const GROUP_MAX: usize = 256;
 
 /// A write waiting for the SQLite group commit: runs its statements, then hears the outcome.
 type Job = Box<dyn for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Finisher> + Send>;
-type Finisher = Box<dyn FnOnce(Result<(), String>) + Send>;
+type Finisher = Box<dyn FnOnce(Result<(), CommitError>) + Send>;
+
+/// Why a group commit failed, kept for each of its writes.
+#[derive(Debug, Clone)]
+struct CommitError {
+    message: String,
+    full: bool,
+}
+
+impl CommitError {
+    fn of(e: &sqlx::Error) -> Self {
+        Self { message: e.to_string(), full: crate::error::is_storage_full(e) }
+    }
+
+    /// The error each write of the batch answers with.
+    fn to_sqlx(&self) -> sqlx::Error {
+        if self.full {
+            sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::StorageFull, self.message.clone()))
+        } else {
+            sqlx::Error::Protocol(format!("group commit failed: {}", self.message))
+        }
+    }
+}
 
 /// Handle to the metadata database; cheap to clone.
 #[derive(Debug, Clone)]
@@ -50,7 +72,7 @@ static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migration
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
 const SQLITE_PRAGMAS: &str =
-    "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=10000;";
+    "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=10000; PRAGMA wal_autocheckpoint=1000;";
 
 impl Db {
     /// Connects and applies the migrations of the URL's backend.
@@ -151,7 +173,7 @@ impl Db {
                 let finish: Finisher = Box::new(move |committed| {
                     let _ = reply.send(match committed {
                         Ok(()) => result,
-                        Err(e) => Err(sqlx::Error::Protocol(format!("group commit failed: {e}"))),
+                        Err(e) => Err(e.to_sqlx()),
                     });
                 });
                 finish
@@ -159,6 +181,17 @@ impl Db {
         });
         group.send(job).await.map_err(|_| sqlx::Error::PoolClosed)?;
         answer.await.map_err(|_| sqlx::Error::PoolClosed)?
+    }
+
+    /// On SQLite, folds the write-ahead log into the database and truncates it: on a full disk
+    /// that gives back the log's space (it holds many versions of the same pages), so that a
+    /// delete can be written. Best effort; a no-op on PostgreSQL.
+    pub async fn reclaim_log(&self) {
+        if self.backend == Backend::Sqlite {
+            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&self.pool).await {
+                tracing::warn!(cause = %e, "could not truncate the SQLite log");
+            }
+        }
     }
 
     /// Round-trips a trivial query, for `/readyz`.
@@ -183,7 +216,7 @@ async fn group_commit(mut conn: AnyConnection, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let begun = conn.execute("BEGIN IMMEDIATE").await.map_err(|e| e.to_string());
+        let begun = conn.execute("BEGIN IMMEDIATE").await.map_err(|e| CommitError::of(&e));
         let mut finishers = Vec::with_capacity(jobs.len());
         if begun.is_ok() {
             for job in jobs {
@@ -196,12 +229,12 @@ async fn group_commit(mut conn: AnyConnection, mut rx: mpsc::Receiver<Job>) {
                 Ok(_) => Ok(()),
                 Err(e) => {
                     let _ = conn.execute("ROLLBACK").await;
-                    Err(e.to_string())
+                    Err(CommitError::of(&e))
                 }
             },
         };
         if let Err(e) = &committed {
-            tracing::error!(cause = %e, "SQLite group commit failed");
+            tracing::error!(cause = %e.message, full = e.full, "SQLite group commit failed");
         }
         for f in finishers {
             f(committed.clone());

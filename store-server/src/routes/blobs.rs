@@ -14,7 +14,7 @@ use super::{parse_digest, RefOptions, Q};
 use crate::auth::{Caller, Scope};
 use crate::clock::rfc3339;
 use crate::db::{AddRef, BlobRow, NewRef};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{is_storage_full, ApiError, ApiResult};
 use crate::state::AppState;
 use crate::upload::{self, RefSpec};
 
@@ -263,6 +263,13 @@ pub(super) async fn pin_blob(
     }
 }
 
+/// A delete met a full disk: give back the space reserve and the SQLite log's, so that the
+/// delete — which frees space — can itself be written.
+async fn make_room(state: &AppState) {
+    state.reserve.release();
+    state.db.reclaim_log().await;
+}
+
 /// `DELETE /v1/blobs/{digest}/pin`: removes this namespace's pins.
 #[utoipa::path(delete, path = "/v1/blobs/{digest}/pin", params(("digest" = String, Path)), responses((status = 204), (status = 404, body = spillway_api::ErrorBody)))]
 pub(super) async fn unpin_blob(
@@ -273,7 +280,13 @@ pub(super) async fn unpin_blob(
     caller.require(Scope::Admin)?;
     let d = parse_digest(&raw)?;
     let row = visible(&state, &caller.namespace, &d).await?;
-    let removed = state.db.unpin(&caller.namespace, &row.digest, state.now()).await?;
+    let removed = match state.db.unpin(&caller.namespace, &row.digest, state.now()).await {
+        Err(e) if is_storage_full(&e) => {
+            make_room(&state).await;
+            state.db.unpin(&caller.namespace, &row.digest, state.now()).await?
+        }
+        other => other?,
+    };
     state.visibility.forget(&caller.namespace, &row.digest);
     match removed {
         0 => Err(ApiError::NotFound(format!("pin of {d}"))),
@@ -291,7 +304,15 @@ pub(super) async fn delete_blob(
     caller.require(Scope::Admin)?;
     let d = parse_digest(&raw)?;
     let row = visible(&state, &caller.namespace, &d).await?;
-    state.db.delete_refs(&caller.namespace, &row.digest, state.now()).await?;
+    match state.db.delete_refs(&caller.namespace, &row.digest, state.now()).await {
+        Err(e) if is_storage_full(&e) => {
+            make_room(&state).await;
+            state.db.delete_refs(&caller.namespace, &row.digest, state.now()).await?;
+        }
+        other => {
+            other?;
+        }
+    }
     state.visibility.forget(&caller.namespace, &row.digest);
     Ok(StatusCode::NO_CONTENT)
 }

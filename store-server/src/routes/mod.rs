@@ -13,7 +13,7 @@ use std::time::Instant;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Query, Request};
 use axum::http::request::Parts;
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde::de::DeserializeOwned;
@@ -51,6 +51,7 @@ pub fn router(state: AppState) -> Router {
         .merge(v1)
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn_with_state(state.clone(), watch_storage))
         .layer(middleware::from_fn(track))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
@@ -59,6 +60,31 @@ pub fn router(state: AppState) -> Router {
 async fn not_found() -> ApiError {
     ApiError::NotFound("route".into())
 }
+
+/// Any `507` (blob bytes or metadata) means the disk is full: release the space reserve so
+/// that deletes can proceed, and `/readyz` says so until there is room again.
+async fn watch_storage(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    // While the disk is full, new writes are refused at once: what space is left goes to
+    // deletes and retention.
+    let writes = matches!(*req.method(), axum::http::Method::PUT | axum::http::Method::POST);
+    if writes && req.uri().path().starts_with("/v1/") && !state.reserve.admits_writes().await {
+        return ApiError::InsufficientStorage.into_response();
+    }
+    let mut resp = next.run(req).await;
+    if resp.status() == axum::http::StatusCode::INSUFFICIENT_STORAGE {
+        state.reserve.release();
+    }
+    // The upload limit, so that a client whose upload was cut off can tell why.
+    resp.headers_mut().insert(MAX_BLOB_HEADER, axum::http::HeaderValue::from(state.config.max_blob_bytes));
+    resp
+}
+
+/// Response header naming the largest upload this server takes.
+const MAX_BLOB_HEADER: &str = "x-spillway-max-blob-bytes";
 
 /// Every error is the contract's JSON, including those the HTTP layer makes before a handler
 /// runs: 405, an undecodable path (axum's rejections), and the like.

@@ -86,6 +86,10 @@ pub(super) async fn healthz() -> &'static str {
 }
 
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    if state.reserve.is_released() && !state.reserve.restore().await {
+        return crate::error::ApiError::Unavailable("storage is full: free space (DELETE, retention) and retry".into())
+            .into_response();
+    }
     let db = state.db.ping().await;
     let blobs = state.blobs.ping().await;
     match (db, blobs) {

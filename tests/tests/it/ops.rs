@@ -141,3 +141,78 @@ async fn a_failing_write_spoils_only_itself() {
     }
     srv.stop().await;
 }
+
+/// A small tmpfs mounted for one test, unmounted when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    /// `None` when this machine will not mount one (not root): the caller says it skipped.
+    fn mount(size: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Self { dir })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+/// A full disk — SQLite's included — answers `507 insufficient_storage` (never 500), deletes
+/// still work (the space reserve is given back for them), and `/readyz` says the store is full.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_disk_is_507_and_deletes_still_work() {
+    if is_remote() {
+        eprintln!("SKIPPED a_full_disk_is_507_and_deletes_still_work: the embedded store's disk (SQLite + files)");
+        return;
+    }
+    let Some(disk) = SmallDisk::mount("24m") else {
+        eprintln!("SKIPPED a_full_disk_is_507_and_deletes_still_work: cannot mount a tmpfs here (not root)");
+        return;
+    };
+    let data = disk.dir.path().join("data");
+    let srv = TestServer::start_with(|c| {
+        c.data_dir = data.clone();
+        // Enough for SQLite to fold its log (up to 1,000 pages, 4 MiB) into the database.
+        c.storage_reserve_bytes = 8 << 20;
+    })
+    .await;
+    let c = srv.client();
+    let http = reqwest::Client::new();
+    assert_eq!(http.get(format!("{}/readyz", srv.url)).send().await.unwrap().status(), 200);
+    // Small outputs are stored inline, in SQLite: fill the disk with them.
+    let mut stored = Vec::new();
+    let full = loop {
+        let body = Bytes::from(format!("{:016}", stored.len()).repeat(1000)); // 16,000 bytes, distinct
+        match c.put(body, &UploadOptions::default()).await {
+            Ok(rec) => stored.push(rec.digest.to_string()),
+            Err(e) => break e,
+        }
+        assert!(stored.len() < 5000, "24 MiB never filled");
+    };
+    assert_eq!(api_code(&full), (507, "insufficient_storage".into()), "{full}");
+    assert!(stored.len() > 10);
+    let r = http.get(format!("{}/readyz", srv.url)).send().await.unwrap();
+    assert_eq!(r.status(), 503, "readyz reports the full disk");
+    // Stream writes are refused the same way, not with a 500.
+    match c.create_stream(&UploadOptions::default()).await {
+        Ok(_) => {}
+        Err(e) => assert_eq!(api_code(&e), (507, "insufficient_storage".into()), "{e}"),
+    }
+    // An operator frees space through the API.
+    for d in stored.iter().take(50) {
+        c.delete(d).await.unwrap_or_else(|e| panic!("DELETE on a full disk: {e}"));
+    }
+    assert!(c.head(&stored[0]).await.unwrap().is_none());
+    srv.stop().await;
+    drop(disk);
+}
