@@ -136,3 +136,30 @@ async fn grep_is_capped_resumable_and_safe() {
     assert_eq!(r.status(), StatusCode::BAD_REQUEST, "pattern is required");
     srv.stop().await;
 }
+
+/// The cap counts what the reader receives: a binary page (each invalid byte becomes a 3-byte
+/// U+FFFD) holds at most 100,000 bytes of content, covers fewer raw bytes, and says `capped`,
+/// on every backend. Grep's matches hold at most 100,000 bytes of text in all.
+#[tokio::test]
+async fn binary_pages_and_grep_are_capped_on_what_is_sent() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    // Continuation bytes alone are never valid UTF-8; a newline now and then for grep.
+    let data: Bytes = (0..400_000u32)
+        .map(|i| if i % 5000 == 4999 { b'\n' } else { 0x80 | (i.wrapping_mul(2_654_435_761) >> 26) as u8 })
+        .collect::<Vec<u8>>()
+        .into();
+    let d = c.put(data.clone(), &UploadOptions::default()).await.unwrap().digest.to_string();
+    let p = c.read(&d, ReadRequest::Bytes { offset: 1000, limit: Some(1_000_000_000) }).await.unwrap();
+    assert!(p.lossy && p.capped, "lossy {} capped {}", p.lossy, p.capped);
+    assert!(p.content.len() <= 100_000 && p.content.len() > 99_000, "{} bytes of content", p.content.len());
+    assert!(p.length < 40_000, "{} raw bytes", p.length);
+    assert_eq!(p.next_offset, Some(1000 + p.length));
+    assert_eq!(p.next_line, None, "the page ends inside a line");
+    let p = c.read(&d, ReadRequest::Lines { line: 1, lines: Some(2000) }).await.unwrap();
+    assert!(p.content.len() <= 100_000 && p.capped);
+    let g = c.grep(&d, &GrepRequest { pattern: "(?-u:.)".into(), ..Default::default() }).await.unwrap();
+    let text: usize = g.matches.iter().map(|m| m.text.len()).sum();
+    assert!(text <= 100_000 && g.capped && g.next_line.is_some(), "{text} bytes of matches");
+    srv.stop().await;
+}

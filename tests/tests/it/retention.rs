@@ -172,3 +172,47 @@ async fn bytes_without_a_row_are_swept_after_the_grace() {
     assert!(srv.state.blobs.exists(&d).await.unwrap());
     srv.stop().await;
 }
+
+/// Many re-uploads of the same content while retention collects it, on a multi-threaded
+/// runtime so that they truly overlap: each upload stores the bytes again or, at worst, asks
+/// for a retry (503) — never a 500 — and the content reads back whole at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reuploads_during_collection_never_fail() {
+    let srv = TestServer::start_with(|c| c.retention_grace = Duration::ZERO).await;
+    let data = Bytes::from("collected and stored again\n".repeat(4000)); // not inline: a file or object
+    let collector = {
+        let (st, clock) = (srv.state.clone(), srv.clock.clone());
+        tokio::spawn(async move {
+            for _ in 0..60 {
+                clock.advance_secs(2);
+                spillway_server::run_retention_once(&st, false).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let uploaders: Vec<_> = (0..4)
+        .map(|_| {
+            let (c, data) = (srv.client(), data.clone());
+            tokio::spawn(async move {
+                let mut retried = 0;
+                for _ in 0..30 {
+                    match c.put(data.clone(), &ttl(1)).await {
+                        Ok(_) => {}
+                        Err(e) if api_code(&e).0 == 503 => retried += 1,
+                        Err(e) => panic!("an upload racing collection failed: {e}"),
+                    }
+                }
+                retried
+            })
+        })
+        .collect();
+    for u in uploaders {
+        let retried = u.await.unwrap();
+        assert!(retried < 30, "most uploads store the bytes");
+    }
+    collector.await.unwrap();
+    let c = srv.client();
+    let rec = c.put(data.clone(), &ttl(3600)).await.unwrap();
+    assert_eq!(c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap(), data);
+    srv.stop().await;
+}
