@@ -86,9 +86,27 @@ async fn watch_storage(
 /// Response header naming the largest upload this server takes.
 const MAX_BLOB_HEADER: &str = "x-spillway-max-blob-bytes";
 
+/// Longest request target accepted (`414` past it).
+const MAX_URI: usize = 8 << 10;
+/// Most bytes of request headers accepted (`431` past them).
+const MAX_HEADERS: usize = 64 << 10;
+
 /// Every error is the contract's JSON, including those the HTTP layer makes before a handler
-/// runs: 405, an undecodable path (axum's rejections), and the like.
+/// runs: 405, an undecodable path (axum's rejections), an over-long URI or header block (checked
+/// here, well under the HTTP parser's own buffer, so they get the contract's body too).
 async fn json_errors(req: Request, next: Next) -> Response {
+    if req.uri().to_string().len() > MAX_URI {
+        let e = spillway_api::ErrorBody::new(ErrorCode::InvalidArgument, format!("the URI is over {MAX_URI} bytes"));
+        return (axum::http::StatusCode::URI_TOO_LONG, axum::Json(e)).into_response();
+    }
+    let header_bytes: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
+    if header_bytes > MAX_HEADERS {
+        let e = spillway_api::ErrorBody::new(
+            ErrorCode::InvalidArgument,
+            format!("the headers are over {MAX_HEADERS} bytes"),
+        );
+        return (axum::http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, axum::Json(e)).into_response();
+    }
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let resp = next.run(req).await;

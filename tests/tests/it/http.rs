@@ -55,6 +55,10 @@ async fn bearer_is_case_insensitive_and_errors_are_json() {
     assert_eq!(error_of(r).await.0, StatusCode::BAD_REQUEST);
     let r = c.request(Method::GET, "/v1/nowhere").send().await.unwrap();
     assert_eq!(error_of(r).await, (StatusCode::NOT_FOUND, "not_found".into()));
+    let r = c.request(Method::GET, &format!("/v1/refs?label.k={}", "x".repeat(10_000))).send().await.unwrap();
+    assert_eq!(error_of(r).await, (StatusCode::URI_TOO_LONG, "invalid_argument".into()));
+    let r = c.request(Method::GET, "/v1/refs").header("X-Big", "y".repeat(70_000)).send().await.unwrap();
+    assert_eq!(error_of(r).await, (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "invalid_argument".into()));
     srv.stop().await;
 }
 
