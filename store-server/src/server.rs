@@ -66,8 +66,7 @@ fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
 
 /// Serves until `shutdown` completes, running retention on its interval meanwhile. Each
 /// connection is HTTP/1.1 with the configured header-read timeout (which also closes idle
-/// kept-alive connections) and counts against `max_connections`; request bodies that stall
-/// past `body_idle_timeout` fail.
+/// kept-alive connections) and counts against `max_connections`.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
@@ -76,11 +75,7 @@ pub async fn serve(
     let cancel = CancellationToken::new();
     let retention = tokio::spawn(run_retention(state.clone(), state.config.retention_interval, cancel.clone()));
     let config = state.config.clone();
-    let idle = config.body_idle_timeout;
-    let app = router(state).layer(axum::middleware::map_request(move |req: axum::extract::Request| async move {
-        req.map(|body| axum::body::Body::new(tower_http::timeout::TimeoutBody::new(idle, body)))
-    }));
-    crate::listen::accept_loop(listener, app, &config, shutdown).await;
+    crate::listen::accept_loop(listener, router(state), &config, shutdown).await;
     cancel.cancel();
     let _ = retention.await;
     Ok(())

@@ -50,8 +50,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(ops::openapi))
         .merge(v1)
         .layer(DefaultBodyLimit::disable())
-        .layer(middleware::from_fn(json_errors))
-        .layer(middleware::from_fn_with_state(state.clone(), watch_storage))
+        .layer(middleware::from_fn_with_state(state.clone(), edge))
         .layer(middleware::from_fn(track))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
@@ -61,67 +60,71 @@ async fn not_found() -> ApiError {
     ApiError::NotFound("route".into())
 }
 
-/// Any `507` (blob bytes or metadata) means the disk is full: release the space reserve so
-/// that deletes can proceed, and `/readyz` says so until there is room again.
-async fn watch_storage(
-    axum::extract::State(state): axum::extract::State<AppState>,
-    req: Request,
-    next: Next,
-) -> Response {
-    // While the disk is full, new writes are refused at once: what space is left goes to
-    // deletes and retention.
-    let writes = matches!(*req.method(), axum::http::Method::PUT | axum::http::Method::POST);
-    if writes && req.uri().path().starts_with("/v1/") && !state.reserve.admits_writes().await {
-        return ApiError::InsufficientStorage.into_response();
-    }
-    let mut resp = next.run(req).await;
-    if resp.status() == axum::http::StatusCode::INSUFFICIENT_STORAGE {
-        state.reserve.release();
-    }
-    // The upload limit, so that a client whose upload was cut off can tell why.
-    resp.headers_mut().insert(MAX_BLOB_HEADER, axum::http::HeaderValue::from(state.config.max_blob_bytes));
-    resp
-}
-
-/// Response header naming the largest upload this server takes.
+/// Response header naming the largest upload this server takes, so that a client whose upload
+/// was cut off can tell why.
 const MAX_BLOB_HEADER: &str = "x-spillway-max-blob-bytes";
-
 /// Longest request target accepted (`414` past it).
 const MAX_URI: usize = 8 << 10;
 /// Most bytes of request headers accepted (`431` past them).
 const MAX_HEADERS: usize = 64 << 10;
 
-/// Every error is the contract's JSON, including those the HTTP layer makes before a handler
-/// runs: 405, an undecodable path (axum's rejections), an over-long URI or header block (checked
-/// here, well under the HTTP parser's own buffer, so they get the contract's body too).
-async fn json_errors(req: Request, next: Next) -> Response {
-    if req.uri().to_string().len() > MAX_URI {
-        let e = spillway_api::ErrorBody::new(ErrorCode::InvalidArgument, format!("the URI is over {MAX_URI} bytes"));
-        return (axum::http::StatusCode::URI_TOO_LONG, axum::Json(e)).into_response();
+/// What every request goes through, in one layer:
+/// - an over-long URI or header block is refused (checked well under the HTTP parser's own
+///   buffer, so the answer is the contract's JSON);
+/// - while the disk is full, new writes are refused at once, so what space is left goes to
+///   deletes and retention; any `507` releases the space reserve;
+/// - a request body that sends nothing for `body_idle_timeout` fails;
+/// - every error body is the contract's JSON, including those made before a handler runs
+///   (405, an undecodable path).
+async fn edge(axum::extract::State(state): axum::extract::State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(refused) = over_limits(&req) {
+        return refused;
     }
-    let header_bytes: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
-    if header_bytes > MAX_HEADERS {
-        let e = spillway_api::ErrorBody::new(
-            ErrorCode::InvalidArgument,
-            format!("the headers are over {MAX_HEADERS} bytes"),
-        );
-        return (axum::http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, axum::Json(e)).into_response();
+    let writes = matches!(*req.method(), axum::http::Method::PUT | axum::http::Method::POST);
+    if writes && req.uri().path().starts_with("/v1/") && !state.reserve.admits_writes().await {
+        return ApiError::InsufficientStorage.into_response();
     }
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let resp = next.run(req).await;
+    let (method, uri) = (req.method().clone(), req.uri().clone()); // both cheap: shared bytes
+    let idle = state.config.body_idle_timeout;
+    let req = req.map(|body| axum::body::Body::new(tower_http::timeout::TimeoutBody::new(idle, body)));
+    let mut resp = next.run(req).await;
     let status = resp.status();
+    if status == axum::http::StatusCode::INSUFFICIENT_STORAGE {
+        state.reserve.release();
+    }
+    if status.is_client_error() || status.is_server_error() {
+        resp = json_error(resp, &method, uri.path()).await;
+    }
+    resp.headers_mut().insert(MAX_BLOB_HEADER, axum::http::HeaderValue::from(state.config.max_blob_bytes));
+    resp
+}
+
+fn over_limits(req: &Request) -> Option<Response> {
+    let uri = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    let headers: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
+    let (status, message) = if uri > MAX_URI {
+        (axum::http::StatusCode::URI_TOO_LONG, format!("the URI is over {MAX_URI} bytes"))
+    } else if headers > MAX_HEADERS {
+        (axum::http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, format!("the headers are over {MAX_HEADERS} bytes"))
+    } else {
+        return None;
+    };
+    Some((status, axum::Json(spillway_api::ErrorBody::new(ErrorCode::InvalidArgument, message))).into_response())
+}
+
+/// An error response made by the HTTP layer (no JSON body), rewritten as the contract's JSON.
+async fn json_error(resp: Response, method: &axum::http::Method, path: &str) -> Response {
     let is_json = resp
         .headers()
         .get(axum::http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_json {
+    if is_json {
         return resp;
     }
     let (mut parts, body) = resp.into_parts();
     let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
     let said = String::from_utf8_lossy(&text).trim().to_owned();
-    let (code, message) = match status.as_u16() {
+    let (code, message) = match parts.status.as_u16() {
         405 => (ErrorCode::InvalidArgument, format!("method {method} is not allowed on {path}")),
         404 => (ErrorCode::NotFound, format!("no route {path}")),
         413 => (ErrorCode::TooLarge, "the request is too large".to_owned()),
