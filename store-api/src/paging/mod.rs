@@ -92,6 +92,12 @@ pub struct Content {
 /// Turns raw bytes into content of at most [`READ_CAP`] UTF-8 bytes, in one pass: the cap
 /// counts what the reader receives, after replacement.
 pub fn to_content(raw: &[u8]) -> Content {
+    // Text, the common case: one vectorised validation, one copy.
+    if raw.len() <= READ_CAP {
+        if let Ok(s) = std::str::from_utf8(raw) {
+            return Content { text: s.to_owned(), used: raw.len(), lossy: false, cut: false };
+        }
+    }
     let mut text = String::with_capacity(raw.len().min(READ_CAP));
     let (mut used, mut lossy) = (0usize, false);
     for chunk in raw.utf8_chunks() {

@@ -8,6 +8,7 @@ mod read;
 mod refs;
 mod streams;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Query, Request};
@@ -50,7 +51,10 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(ops::openapi))
         .merge(v1)
         .layer(DefaultBodyLimit::disable())
-        .layer(middleware::from_fn_with_state(state.clone(), edge))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(Edge { reserve: state.reserve.clone(), config: state.config.clone() }),
+            edge,
+        ))
         .layer(middleware::from_fn(track))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
@@ -60,23 +64,31 @@ async fn not_found() -> ApiError {
     ApiError::NotFound("route".into())
 }
 
-/// Response header naming the largest upload this server takes, so that a client whose upload
-/// was cut off can tell why.
+/// Header on answers to writes naming the largest upload this server takes, so that a client
+/// whose upload was cut off can tell why.
 const MAX_BLOB_HEADER: &str = "x-spillway-max-blob-bytes";
 /// Longest request target accepted (`414` past it).
 const MAX_URI: usize = 8 << 10;
 /// Most bytes of request headers accepted (`431` past them).
 const MAX_HEADERS: usize = 64 << 10;
 
+/// What the edge layer needs of the state (one reference count per request, not the whole
+/// state's).
+struct Edge {
+    reserve: Arc<crate::reserve::Reserve>,
+    config: Arc<crate::config::Config>,
+}
+
 /// What every request goes through, in one layer:
 /// - an over-long URI or header block is refused (checked well under the HTTP parser's own
 ///   buffer, so the answer is the contract's JSON);
 /// - while the disk is full, new writes are refused at once, so what space is left goes to
 ///   deletes and retention; any `507` releases the space reserve;
-/// - a request body that sends nothing for `body_idle_timeout` fails;
+/// - an upload's body (PUT, POST) that sends nothing for `body_idle_timeout` fails, and the
+///   answer to a write names the upload limit;
 /// - every error body is the contract's JSON, including those made before a handler runs
 ///   (405, an undecodable path).
-async fn edge(axum::extract::State(state): axum::extract::State<AppState>, req: Request, next: Next) -> Response {
+async fn edge(axum::extract::State(state): axum::extract::State<Arc<Edge>>, req: Request, next: Next) -> Response {
     if let Some(refused) = over_limits(&req) {
         return refused;
     }
@@ -85,8 +97,12 @@ async fn edge(axum::extract::State(state): axum::extract::State<AppState>, req: 
         return ApiError::InsufficientStorage.into_response();
     }
     let (method, uri) = (req.method().clone(), req.uri().clone()); // both cheap: shared bytes
-    let idle = state.config.body_idle_timeout;
-    let req = req.map(|body| axum::body::Body::new(tower_http::timeout::TimeoutBody::new(idle, body)));
+    let req = if writes {
+        let idle = state.config.body_idle_timeout;
+        req.map(|body| axum::body::Body::new(tower_http::timeout::TimeoutBody::new(idle, body)))
+    } else {
+        req // reads carry no body worth a timer
+    };
     let mut resp = next.run(req).await;
     let status = resp.status();
     if status == axum::http::StatusCode::INSUFFICIENT_STORAGE {
@@ -95,7 +111,9 @@ async fn edge(axum::extract::State(state): axum::extract::State<AppState>, req: 
     if status.is_client_error() || status.is_server_error() {
         resp = json_error(resp, &method, uri.path()).await;
     }
-    resp.headers_mut().insert(MAX_BLOB_HEADER, axum::http::HeaderValue::from(state.config.max_blob_bytes));
+    if writes {
+        resp.headers_mut().insert(MAX_BLOB_HEADER, axum::http::HeaderValue::from(state.config.max_blob_bytes));
+    }
     resp
 }
 
@@ -176,9 +194,9 @@ pub struct Q<T>(pub T);
 /// Refuses a query whose parameters do not decode to UTF-8 (serde would replace the bad bytes
 /// silently, so a label value or a pattern would not be what the caller sent).
 fn check_query_utf8(query: &str) -> Result<(), ApiError> {
-    for part in query.split(['&', '=']) {
-        let spaced = part.replace('+', " ");
-        if percent_encoding::percent_decode_str(&spaced).decode_utf8().is_err() {
+    // Only escapes can make invalid UTF-8 (`+` is a space, plain ASCII).
+    for part in query.split(['&', '=']).filter(|p| p.contains('%')) {
+        if percent_encoding::percent_decode_str(part).decode_utf8().is_err() {
             return Err(ApiError::InvalidArgument(format!("query parameter {part:?} is not valid UTF-8")));
         }
     }

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Two builds of spillway-server side by side on the read path, interleaved in one run:
+# capped 100 KB reads at random offsets (16 connections) and line pages at line 1 and 999,000.
+# Usage: bench/run-ab.sh BASE_BINARY   (e.g. a release build of an earlier commit)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+base=$1
+cargo build --release -q -p spillway-server -p spillway-bench
+work=${BENCH_DIR:-/tmp/spillway-bench-ab}
+rm -rf "$work" && mkdir -p "$work"
+load=target/release/spillway-load
+start() { # name, binary, port
+  SPILLWAY_DATA_DIR="$work/$1" SPILLWAY_LISTEN=127.0.0.1:$3 RUST_LOG=warn "$2" >"$work/$1.log" 2>&1 &
+  echo $!
+}
+a=$(start base "$base" 17801)
+b=$(start head target/release/spillway-server 17802)
+trap 'kill $a $b 2>/dev/null; wait 2>/dev/null' EXIT
+for _ in $(seq 100); do
+  [ -f "$work/base/token" ] && [ -f "$work/head/token" ] && curl -s -o /dev/null http://127.0.0.1:17801/healthz \
+    && curl -s -o /dev/null http://127.0.0.1:17802/healthz && break
+  sleep 0.1
+done
+out="$work/results.jsonl"
+: > "$out"
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime of a process, in clock ticks
+run() { # name, port, op args...: the load generator's JSON line, plus the server's CPU per request
+  local name=$1 port=$2; shift 2
+  local pid; pid=$([ "$name" = base ] && echo "$a" || echo "$b")
+  local before; before=$(cpu_ticks "$pid")
+  local line; line=$(SPILLWAY_TOKEN=$(cat "$work/$name/token") $load --target spillway --url "http://127.0.0.1:$port" "$@")
+  local used=$(( $(cpu_ticks "$pid") - before ))
+  python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['server_cpu_us_per_req']=round(int(sys.argv[2])*1e6/int(sys.argv[3])/r['requests'],1); print(json.dumps(r))" \
+    "$line" "$used" "$(getconf CLK_TCK)" | tee -a "$out"
+}
+seed() { SPILLWAY_TOKEN=$(cat "$work/$1/token") $load --target spillway --url "http://127.0.0.1:$2" seed "${@:3}"; }
+la=$(seed base 17801 --size 1300000 --lines); lb=$(seed head 17802 --size 1300000 --lines)
+ma=$(seed base 17801 --size 1000000 --lines); mb=$(seed head 17802 --size 1000000 --lines)
+for round in $(seq 1 "${ROUNDS:-3}"); do
+  run base 17801 --concurrency 16 --label "base capped 100 KB read r$round" range --name "$la" --size 50000000 --secs 10
+  run head 17802 --concurrency 16 --label "head capped 100 KB read r$round" range --name "$lb" --size 50000000 --secs 10
+done
+for name in base head; do
+  port=$([ $name = base ] && echo 17801 || echo 17802); lines=$([ $name = base ] && echo "$ma" || echo "$mb")
+  run $name "$port" --label "$name line page at line 1" line --name "$lines" --line 1 --count 2000
+  run $name "$port" --label "$name line page at line 999000" line --name "$lines" --line 999000 --count 2000
+done
