@@ -109,6 +109,22 @@ fn text_within(bytes: &[u8], max: usize) -> (String, usize) {
     }
 }
 
+/// Text of a suffix of `bytes` that stays within `max` bytes after replacing invalid UTF-8,
+/// and how many leading bytes it leaves out (replacement can make binary text grow threefold).
+fn suffix_text_within(bytes: &[u8], max: usize) -> (String, usize) {
+    let mut start = 0;
+    loop {
+        let text = String::from_utf8_lossy(&bytes[start..]);
+        if text.len() <= max {
+            return (text.into_owned(), start);
+        }
+        start += (text.len() - max).div_ceil(3).max(1);
+        while start < bytes.len() && bytes[start] & 0xC0 == 0x80 {
+            start += 1;
+        }
+    }
+}
+
 /// The longest prefix of `data` within `budget` bytes, ending at a newline when one is near.
 fn head_cut(data: &[u8], budget: usize) -> usize {
     let n = utf8_cut(&data[..budget.min(data.len())]);
@@ -184,7 +200,8 @@ fn head_tail(s: &Sample<'_>, cap: usize, tail_share: f32) -> Preview {
     let h = if tail_share >= 1.0 { 0 } else { head_cut(s.head, head_limit) };
     let (head_text, h_used) = text_within(&s.head[..h], head_budget);
     let tail_bytes = if tail_budget == 0 { &[][..] } else { &tail_src[t_start..] };
-    let (tail_text, _) = text_within(tail_bytes, tail_budget);
+    let (tail_text, skipped) = suffix_text_within(tail_bytes, tail_budget);
+    let tail_bytes = &tail_bytes[skipped..];
     let t_len = tail_bytes.len() as u64;
     let omitted = s.total - h_used as u64 - t_len;
     let head_lines = memchr::memchr_iter(b'\n', &s.head[..h_used]).count() as u64;
@@ -258,31 +275,79 @@ mod tests {
         ]
     }
 
+    fn lossy(b: &[u8]) -> String {
+        String::from_utf8_lossy(b).into_owned()
+    }
+
+    /// The text of a numbered preview without its numbers and footer, checking the numbering.
+    fn unnumbered(p: &Preview, first_line: u64) -> Result<String, TestCaseError> {
+        let mut body = p.text.as_str();
+        if p.truncated {
+            let footer = body[..body.len() - 1].rfind('\n').map_or(0, |i| i + 1);
+            prop_assert!(body[footer..].starts_with("[truncated: "), "footer: {:?}", &body[footer..]);
+            let end = format!("continue from line {}]\n", p.next_line.unwrap());
+            prop_assert!(body.ends_with(&end), "footer: {:?}", body);
+            body = &body[..footer];
+        }
+        let mut out = String::new();
+        for (k, line) in body.split_inclusive('\n').enumerate() {
+            let prefix = format!("{:>6}\t", first_line + k as u64);
+            prop_assert!(line.starts_with(&prefix), "line {} is {:?}", k, line);
+            out.push_str(&line[prefix.len()..]);
+        }
+        Ok(out)
+    }
+
+    /// What a preview must be, strategy by strategy: within the cap, and the text holds exactly
+    /// the ranges `shown` names, in their places.
     fn check(data: &[u8], cap: usize, strategy: super::Strategy) -> Result<(), TestCaseError> {
-        match preview(&Sample::whole(data), cap, strategy) {
+        let p = match preview(&Sample::whole(data), cap, strategy) {
             Err(r) => {
                 prop_assert_eq!(strategy, super::Strategy::Reject);
-                prop_assert!(r.size as usize > cap || std::str::from_utf8(data).is_err());
+                prop_assert!(r.size as usize > cap || lossy(data).len() > cap);
+                return Ok(());
             }
-            Ok(p) => {
-                prop_assert!(p.text.len() <= cap, "{} > {}", p.text.len(), cap);
-                let mut end = 0;
-                for r in &p.shown {
-                    prop_assert!(r.offset >= end);
-                    end = r.offset + r.length;
-                    prop_assert!(end as usize <= data.len());
-                    let piece = &data[r.offset as usize..end as usize];
-                    if let Ok(s) = std::str::from_utf8(piece) {
-                        if !matches!(strategy, super::Strategy::NumberedLines { .. }) {
-                            prop_assert!(p.text.contains(s), "shown range is in the preview");
-                        }
-                    }
-                }
-                if !p.truncated {
-                    prop_assert_eq!(p.shown.iter().map(|r| r.length).sum::<u64>(), data.len() as u64);
-                }
-            }
+            Ok(p) => p,
+        };
+        prop_assert!(p.text.len() <= cap, "{} > {}", p.text.len(), cap);
+        let mut end = 0;
+        for r in &p.shown {
+            prop_assert!(r.offset >= end && r.length > 0 || p.shown.len() == 1);
+            end = r.offset + r.length;
+            prop_assert!(end as usize <= data.len());
         }
+        let piece = |i: usize| &data[p.shown[i].offset as usize..(p.shown[i].offset + p.shown[i].length) as usize];
+        if let super::Strategy::NumberedLines { first_line } = strategy {
+            prop_assert_eq!(p.shown.len(), 1);
+            prop_assert_eq!(p.shown[0].offset, 0);
+            let mut held = lossy(piece(0));
+            if p.truncated && !held.ends_with('\n') {
+                held.push('\n'); // a first line over the cap is shown in part, then the footer
+            }
+            prop_assert_eq!(unnumbered(&p, first_line)?, held);
+            prop_assert_eq!(p.truncated, p.shown[0].length < data.len() as u64);
+            return Ok(());
+        }
+        if !p.truncated {
+            prop_assert_eq!(&p.text, &lossy(data));
+            prop_assert_eq!(p.shown.iter().map(|r| r.length).sum::<u64>(), data.len() as u64);
+            return Ok(());
+        }
+        // Head, marker, tail: the head is a prefix of the original, the tail a suffix.
+        let marker_at = p.text.find("\n[... ").expect("a marker line");
+        let marker_end = marker_at + p.text[marker_at + 1..].find('\n').unwrap() + 2;
+        let (head, tail) = (&p.text[..marker_at], &p.text[marker_end..]);
+        let mut ranges = p.shown.iter().enumerate();
+        let head_range = p.shown.first().filter(|r| r.offset == 0).map(|_| ranges.next().unwrap().0);
+        prop_assert_eq!(head, head_range.map_or(String::new(), |i| lossy(piece(i))));
+        let tail_range = ranges.next().map(|(i, _)| i);
+        if let Some(i) = tail_range {
+            prop_assert_eq!(p.shown[i].offset + p.shown[i].length, data.len() as u64, "the tail ends the output");
+        }
+        prop_assert_eq!(tail, tail_range.map_or(String::new(), |i| lossy(piece(i))));
+        let omitted = data.len() as u64 - p.shown.iter().map(|r| r.length).sum::<u64>();
+        let says = format!("[... {} bytes", thousands(omitted));
+        prop_assert!(p.text[marker_at..marker_end].contains(&says), "{:?}", &p.text[marker_at..marker_end]);
         Ok(())
     }
 
@@ -291,7 +356,8 @@ mod tests {
         #[test]
         fn caps_hold_and_shown_matches(data in data_strategy(), cap in 200usize..5000) {
             for s in [super::Strategy::Head, super::Strategy::Tail, super::Strategy::default(),
-                      super::Strategy::NumberedLines { first_line: 1 }, super::Strategy::Reject] {
+                      super::Strategy::NumberedLines { first_line: 1 },
+                      super::Strategy::NumberedLines { first_line: 41 }, super::Strategy::Reject] {
                 check(&data, cap, s)?;
             }
         }

@@ -195,12 +195,29 @@ mod tests {
             prop_assert_eq!(s.to_string().parse::<Sha256Digest>().unwrap(), s);
         }
 
+        /// Valid and near-valid digests: the right or a wrong algorithm, 62 to 66 characters,
+        /// lower- or upper-case hex or a path character. Exactly the canonical form parses.
         #[test]
-        fn never_accepts_path_characters(s in "\\PC{0,80}") {
-            if let Ok(d) = s.parse::<AnyDigest>() {
-                // Anything accepted is exactly the canonical form.
-                prop_assert_eq!(d.to_string(), s.clone());
-                prop_assert!(!s.contains('/') && !s.contains('.'));
+        fn accepts_exactly_the_canonical_form(
+            algo in prop_oneof![Just("blake3"), Just("sha256"), Just("BLAKE3"), Just("md5"), Just("")],
+            colon: bool,
+            hex in "[0-9a-f]{62,66}",
+            flaw in proptest::option::of((0usize..66, prop_oneof![Just('A'), Just('/'), Just('.'), Just('g'), Just(' ')])),
+        ) {
+            let mut hex = hex;
+            if let Some((at, c)) = flaw {
+                let at = at % hex.len();
+                hex.replace_range(at..at + 1, &c.to_string());
+            }
+            let s = format!("{algo}{}{hex}", if colon { ":" } else { "" });
+            let canonical = matches!(algo, "blake3" | "sha256") && colon && hex.len() == 64 && flaw.is_none();
+            match s.parse::<AnyDigest>() {
+                Ok(d) => {
+                    prop_assert!(canonical, "{} accepted", s);
+                    prop_assert_eq!(d.to_string(), s.clone());
+                    prop_assert_eq!(s.parse::<Digest>().is_ok(), algo == "blake3");
+                }
+                Err(_) => prop_assert!(!canonical, "{} refused", s),
             }
         }
     }

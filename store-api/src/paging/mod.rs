@@ -645,6 +645,52 @@ mod tests {
         }
     }
 
+    /// Any bytes: text, invalid UTF-8, and lines longer than the cap.
+    fn any_bytes_strategy() -> impl Strategy<Value = Vec<u8>> {
+        let piece = prop_oneof![
+            4 => "[a-zé€😀 \n]{0,60}".prop_map(String::into_bytes),
+            2 => proptest::collection::vec(any::<u8>(), 0..200),
+            1 => (READ_CAP - 10..READ_CAP + 3000, prop_oneof![Just(b'x'), Just(0xFFu8)])
+                .prop_map(|(n, b)| vec![b; n]),
+        ];
+        proptest::collection::vec(piece, 0..6).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Small and huge limits over any bytes: every page holds at most the cap, says exactly
+        /// which bytes it holds, and the pages followed by `next_offset` cover the blob once.
+        #[test]
+        fn byte_pages_cover_any_bytes_within_the_cap(
+            data in any_bytes_strategy(),
+            limit in prop_oneof![1u64..300, READ_CAP as u64 - 5..READ_CAP as u64 + 5, 1_000_000u64..u64::MAX],
+        ) {
+            let src = Mem::new_vec(data.clone());
+            let mut off = 0;
+            loop {
+                let p = block_on(byte_page(&src, off, limit)).unwrap();
+                prop_assert!(p.content.len() <= READ_CAP, "{} bytes sent", p.content.len());
+                prop_assert_eq!(p.offset, off);
+                prop_assert!(p.length <= limit.max(4), "a limit under one character gives that character");
+                let held = &data[off as usize..(off + p.length) as usize];
+                prop_assert_eq!(&p.content, &String::from_utf8_lossy(held));
+                prop_assert_eq!(p.lossy, std::str::from_utf8(held).is_err());
+                // Capped when the cap cut the page; otherwise only a character boundary may
+                // stop it before the limit or the end.
+                let wanted = limit.min(data.len() as u64 - off);
+                if p.capped {
+                    prop_assert!(p.length < wanted);
+                } else {
+                    prop_assert!(p.length + 3 >= wanted, "{} of {} bytes, not capped", p.length, wanted);
+                }
+                match p.next_offset {
+                    Some(n) => { prop_assert_eq!(n, off + p.length); prop_assert!(n > off); off = n }
+                    None => { prop_assert!(p.eof); prop_assert_eq!(off + p.length, data.len() as u64); break }
+                }
+            }
+        }
+    }
+
     #[test]
     fn long_line_goes_on_by_bytes() {
         let mut data = vec![b'x'; 250_000];
