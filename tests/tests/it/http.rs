@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use reqwest::{Method, StatusCode};
-use spillway_client::UploadOptions;
+use spillway_client::{ReadRequest, UploadOptions};
 
 use crate::support::*;
 
@@ -175,5 +175,55 @@ async fn connections_past_the_limit_wait_and_are_served() {
     .unwrap();
     let m = reqwest::get(format!("{}/metrics", srv.url)).await.unwrap().text().await.unwrap();
     assert!(m.contains("spillway_http_connections"), "open connections are a gauge");
+    srv.stop().await;
+}
+
+/// The edges of ranges (RFC 9110 §14): an empty blob, a zero-length suffix, and the headers of
+/// a 206 and of a HEAD.
+#[tokio::test]
+async fn empty_blobs_and_range_edges() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    let empty = c.put(Bytes::new(), &UploadOptions::default()).await.unwrap();
+    assert_eq!((empty.size, empty.lines), (0, 0));
+    let path = format!("/v1/blobs/{}", empty.digest);
+    let r = c.request(Method::GET, &path).send().await.unwrap();
+    assert_eq!((r.status(), r.headers()["content-length"].to_str().unwrap()), (StatusCode::OK, "0"));
+    let r = c.request(Method::HEAD, &path).send().await.unwrap();
+    assert_eq!((r.status(), r.headers()["content-length"].to_str().unwrap()), (StatusCode::OK, "0"));
+    // Of an empty representation only a suffix range is satisfiable (RFC 9110 §14.1.1), and no
+    // Content-Range can name its zero bytes: it is answered whole, as nginx does.
+    let r = c.request(Method::GET, &path).header("Range", "bytes=0-").send().await.unwrap();
+    assert_eq!(r.headers()["content-range"], "bytes */0");
+    assert_eq!(error_of(r).await, (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable".into()));
+    let r = c.request(Method::GET, &path).header("Range", "bytes=-3").send().await.unwrap();
+    assert_eq!((r.status(), r.bytes().await.unwrap()), (StatusCode::OK, Bytes::new()));
+    let page = c.read(&empty.digest.to_string(), ReadRequest::Bytes { offset: 0, limit: None }).await.unwrap();
+    assert!(page.eof && page.content.is_empty() && page.next_offset.is_none());
+
+    let data = Bytes::from_static(b"0123456789");
+    let rec = c.put(data.clone(), &UploadOptions::default()).await.unwrap();
+    let path = format!("/v1/blobs/{}", rec.digest);
+    let r = c.request(Method::GET, &path).header("Range", "bytes=-0").send().await.unwrap();
+    assert_eq!(r.headers()["content-range"], "bytes */10");
+    assert_eq!(error_of(r).await.0, StatusCode::RANGE_NOT_SATISFIABLE, "a zero-length suffix selects nothing");
+    let r = c.request(Method::GET, &path).header("Range", "bytes=3-5").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
+    let h = r.headers();
+    assert_eq!(h["content-range"], "bytes 3-5/10");
+    assert_eq!(h["content-length"], "3");
+    assert_eq!(h["accept-ranges"], "bytes");
+    assert_eq!(h["etag"], format!("\"{}\"", rec.digest).as_str());
+    assert_eq!(r.bytes().await.unwrap(), "345");
+    let r = c.request(Method::HEAD, &path).send().await.unwrap();
+    let h = r.headers();
+    assert_eq!((h["content-length"].to_str().unwrap(), h["accept-ranges"].to_str().unwrap()), ("10", "bytes"));
+    assert_eq!(h["etag"], format!("\"{}\"", rec.digest).as_str());
+    assert!(r.bytes().await.unwrap().is_empty(), "HEAD has no body");
+    // The SHA-256 alias reaches the same bytes on GET and read.
+    let got = c.get(&rec.sha256).await.unwrap().bytes().await.unwrap();
+    assert_eq!(got, data);
+    let page = c.read(&rec.sha256, ReadRequest::Bytes { offset: 2, limit: Some(3) }).await.unwrap();
+    assert_eq!((page.content.as_str(), page.digest.as_deref()), ("234", Some(rec.digest.to_string().as_str())));
     srv.stop().await;
 }
