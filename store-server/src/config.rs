@@ -41,6 +41,9 @@ pub struct Config {
     /// How long a replica trusts a token it has checked: a revoked token is refused by every
     /// replica within this long.
     pub token_cache_ttl: Duration,
+    /// How often a long-poll looks at the database for appends made through other replicas
+    /// (appends through this one wake it at once).
+    pub stream_poll_interval: Duration,
 }
 
 impl Config {
@@ -64,6 +67,7 @@ impl Config {
             body_idle_timeout: Duration::from_secs(60),
             max_connections: 1024,
             storage_reserve_bytes: 16 << 20,
+            stream_poll_interval: Duration::from_millis(100),
         }
     }
 

@@ -63,6 +63,11 @@ impl StreamWaiters {
         }
     }
 
+    /// Whether a reader of `id` is registered (tests wait on this, not on time).
+    pub fn is_waiting(&self, id: &str) -> bool {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).contains_key(id)
+    }
+
     /// Streams with readers waiting (for tests: the map must not grow without bound).
     pub fn len(&self) -> usize {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).len()

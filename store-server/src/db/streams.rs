@@ -58,6 +58,8 @@ pub enum AppendOutcome {
         /// Bytes that did not fit under the cap (the stream is now capped).
         dropped: u64,
     },
+    /// A retry of the append that reached the cap: what fitted is stored, the rest never will be.
+    RetriedAtCap,
     /// No such stream in this namespace.
     NotFound,
     /// Wrong offset; carries the current size.
@@ -146,8 +148,16 @@ impl Db {
         };
         let end = offset.saturating_add(data.len() as u64);
         if offset < s.size || (offset == s.size && data.is_empty()) {
-            if end <= s.size && self.read_stream(id, offset, end).await?.as_ref() == data {
-                return Ok(AppendOutcome::Stored { size: s.size, state: s.state, dropped: 0 });
+            // A retry: the bytes it carries are those stored there (up to the cap, for the
+            // append that reached it).
+            let held = end.min(s.size);
+            if self.read_stream(id, offset, held).await?.as_ref() == &data[..(held - offset) as usize] {
+                if end <= s.size {
+                    return Ok(AppendOutcome::Stored { size: s.size, state: s.state, dropped: 0 });
+                }
+                if s.state == StreamState::Capped && s.size == s.max_bytes {
+                    return Ok(AppendOutcome::RetriedAtCap);
+                }
             }
             return Ok(AppendOutcome::OffsetMismatch(s.size));
         }

@@ -28,8 +28,6 @@ use spillway_api::paging::{PageResult, Source};
 
 /// An append's body is stored in pieces of this size (an append of any size is taken).
 const APPEND_PIECE: usize = 4 << 20;
-/// How often a long-poll looks at the database for appends made through other replicas.
-const POLL_EVERY: Duration = Duration::from_millis(100);
 /// Chunk size when a seal reads the stream back.
 const SEAL_READ: u64 = 4 << 20;
 
@@ -176,6 +174,7 @@ async fn append_piece(
             }
             Ok(AppendResponse { size, state: st })
         }
+        AppendOutcome::RetriedAtCap => Err(ApiError::StreamLimitExceeded(find(state, caller, id).await?.max_bytes)),
         AppendOutcome::NotFound => Err(ApiError::NotFound(format!("stream {id}"))),
         AppendOutcome::OffsetMismatch(size) => Err(ApiError::OffsetMismatch { given: asked, size }),
         AppendOutcome::Closed(st) => Err(ApiError::StreamClosed(st.as_str())),
@@ -235,14 +234,15 @@ pub(super) async fn read_stream(
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(wait);
     let mut row = find(&state, &caller, &id).await?;
-    while row.state == StreamState::Open && !has_data_for(&row, &q) && tokio::time::Instant::now() < deadline {
+    while may_grow(&row) && !has_data_for(&row, &q) && tokio::time::Instant::now() < deadline {
         let notify = state.stream_waiters.get(&id);
         let woken = notify.notified();
         row = find(&state, &caller, &id).await?;
-        if row.state != StreamState::Open || has_data_for(&row, &q) {
+        if !may_grow(&row) || has_data_for(&row, &q) {
             break;
         }
-        let nap = POLL_EVERY.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        let nap =
+            state.config.stream_poll_interval.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
         let _ = tokio::time::timeout(nap, woken).await;
         row = find(&state, &caller, &id).await?;
     }
@@ -258,6 +258,12 @@ pub(super) async fn read_stream(
         },
         page => Ok(PageJson(page?)),
     }
+}
+
+/// Whether a reader at the end should wait: the stream is open, or being sealed (its blob is
+/// about to be named, and the page that ends the wait should name it).
+fn may_grow(row: &StreamRow) -> bool {
+    row.state == StreamState::Open || (row.state == StreamState::Sealed && row.digest.is_none())
 }
 
 /// A read of a sealed stream: its chunks became a blob.
@@ -331,6 +337,7 @@ pub(super) async fn seal_stream(
         return Err(ApiError::Unavailable("the stream changed while it was sealed; retry".into()));
     }
     state.db.finish_seal(&id, &stored.record.digest.hex()).await?;
+    state.stream_waiters.wake(&id);
     let status = if stored.record.deduplicated { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(stored.record)).into_response())
 }

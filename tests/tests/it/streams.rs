@@ -20,7 +20,12 @@ async fn appends_are_offset_checked_and_retry_safe() {
     assert_eq!(c.append(&s.id, 0, Bytes::from_static(b"hello ")).await.unwrap().size, 6);
     let err = c.append(&s.id, 0, Bytes::from_static(b"HELLO ")).await.unwrap_err();
     assert_eq!(api_code(&err), (409, "offset_mismatch".into()));
-    assert!(err.to_string().contains('6'), "the message names the current size: {err}");
+    match &err {
+        spillway_client::ClientError::Api { message, .. } => {
+            assert!(message.contains("offset 0") && message.contains("size 6"), "names both: {message}")
+        }
+        other => panic!("{other}"),
+    }
     let err = c.append(&s.id, 9, Bytes::from_static(b"x")).await.unwrap_err();
     assert_eq!(api_code(&err), (409, "offset_mismatch".into()));
     c.append(&s.id, 6, Bytes::from_static(b"world\nline two\n")).await.unwrap();
@@ -69,41 +74,77 @@ async fn cap_marks_the_stream_capped() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn long_poll_wakes_on_append() {
-    let srv = TestServer::start().await;
+/// Long-polls wake on the event itself. The server here never polls its database during a
+/// wait (the interval is an hour), so only the in-process wake-up can end a wait early; each
+/// append is made once the reader is registered, so the wake-up is what is tested. A missing
+/// wake-up makes a read wait its whole `wait_ms` (30 s) and come back empty, which the content
+/// assertions catch; the 20 s bounds only turn that into a quicker failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_wakes_on_append_and_seal() {
+    let srv = TestServer::start_with(|c| c.stream_poll_interval = Duration::from_secs(3600)).await;
     let c = srv.client();
     let s = c.create_stream(&UploadOptions::default()).await.unwrap();
-    let writer = srv.client();
-    let id = s.id.clone();
-    let t = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        writer.append(&id, 0, Bytes::from_static(b"tick\n")).await.unwrap();
-    });
-    let start = Instant::now();
-    let p = c.read_stream(&s.id, ReadRequest::Bytes { offset: 0, limit: None }, Some(10_000)).await.unwrap();
-    assert_eq!(p.content, "tick\n");
-    assert!(start.elapsed() < Duration::from_secs(5), "woken by the append, not the timeout");
-    t.await.unwrap();
-    // Nothing new: the wait ends at wait_ms with an empty page.
+    let waiting = |id: &str| {
+        let (w, id) = (srv.state.stream_waiters.clone(), id.to_owned());
+        move || w.is_waiting(&id)
+    };
+    let wait = |r: ReadRequest| {
+        let (c, id) = (srv.client(), s.id.clone());
+        tokio::spawn(async move {
+            tokio::time::timeout(Duration::from_secs(20), c.read_stream(&id, r, Some(30_000))).await.unwrap()
+        })
+    };
+    let reader = wait(ReadRequest::Bytes { offset: 0, limit: None });
+    eventually("the reader waits", waiting(&s.id)).await;
+    c.append(&s.id, 0, Bytes::from_static(b"tick\n")).await.unwrap();
+    assert_eq!(reader.await.unwrap().unwrap().content, "tick\n");
+    // Nothing new: the wait lasts wait_ms and ends with an empty page. (A lower bound: tokio's
+    // timers never fire early.)
     let start = Instant::now();
     let p = c.read_stream(&s.id, ReadRequest::Bytes { offset: 5, limit: None }, Some(300)).await.unwrap();
-    assert!(p.content.is_empty() && start.elapsed() >= Duration::from_millis(250));
+    assert!(p.content.is_empty() && start.elapsed() >= Duration::from_millis(300));
     // By line: waiting for line 2, woken when it is written.
-    let writer = srv.client();
-    let id = s.id.clone();
-    let t = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        writer.append(&id, 5, Bytes::from_static(b"tock\n")).await.unwrap();
-    });
-    let start = Instant::now();
-    let p = c.read_stream(&s.id, ReadRequest::Lines { line: 2, lines: None }, Some(10_000)).await.unwrap();
-    assert_eq!(p.content, "tock\n");
-    assert!(start.elapsed() < Duration::from_secs(5));
-    t.await.unwrap();
+    let reader = wait(ReadRequest::Lines { line: 2, lines: None });
+    eventually("the line reader waits", waiting(&s.id)).await;
+    c.append(&s.id, 5, Bytes::from_static(b"tock\n")).await.unwrap();
+    assert_eq!(reader.await.unwrap().unwrap().content, "tock\n");
+    // A seal during a long-poll wakes it: the page is the end of the sealed blob.
+    let reader = wait(ReadRequest::Bytes { offset: 10, limit: None });
+    eventually("the reader at the end waits", waiting(&s.id)).await;
+    let sealed = c.seal(&s.id).await.unwrap();
+    let p = reader.await.unwrap().unwrap();
+    assert!(p.content.is_empty() && p.eof);
+    assert_eq!(p.digest, Some(sealed.digest.to_string()));
     assert!(srv.state.stream_waiters.is_empty(), "finished long-polls leave nothing registered");
     let r = c.request(Method::GET, &format!("/v1/streams/{}/read?wait_ms=30001", s.id)).send().await.unwrap();
     assert_eq!(r.status(), 400);
+    srv.stop().await;
+}
+
+/// An append over the cap, retried (its answer was lost): the same 413, nothing stored twice.
+#[tokio::test]
+async fn a_retried_append_at_the_cap_gets_the_same_answer() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    let s = c.create_stream(&UploadOptions { max_bytes: Some(10), ..Default::default() }).await.unwrap();
+    c.append(&s.id, 0, Bytes::from_static(b"12345")).await.unwrap();
+    for _ in 0..2 {
+        let err = c.append(&s.id, 5, Bytes::from_static(b"6789ABCDEF")).await.unwrap_err();
+        assert_eq!(api_code(&err), (413, "stream_limit_exceeded".into()));
+    }
+    // Different bytes at that offset are not a retry.
+    let err = c.append(&s.id, 5, Bytes::from_static(b"XXXXXXXXXX")).await.unwrap_err();
+    assert_eq!(api_code(&err), (409, "offset_mismatch".into()));
+    // Over the cap in one append into an empty stream.
+    let t = c.create_stream(&UploadOptions { max_bytes: Some(4), ..Default::default() }).await.unwrap();
+    let err = c.append(&t.id, 0, Bytes::from_static(b"oversized")).await.unwrap_err();
+    assert_eq!(api_code(&err), (413, "stream_limit_exceeded".into()));
+    let info = c.stream_info(&t.id).await.unwrap();
+    assert_eq!((info.size, info.state, info.capped), (4, StreamState::Capped, true));
+    let info = c.stream_info(&s.id).await.unwrap();
+    assert_eq!((info.size, info.state), (10, StreamState::Capped));
+    let rec = c.seal(&s.id).await.unwrap();
+    assert_eq!(c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap(), "123456789A");
     srv.stop().await;
 }
 

@@ -54,3 +54,13 @@ pub fn api_code(err: &spillway_client::ClientError) -> (u16, String) {
         other => panic!("expected an API error, got {other}"),
     }
 }
+
+/// Waits until `cond` holds — an event the test can observe, not a guess at how long it takes.
+/// The 30 s bound only turns a hang into a failure.
+pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}
