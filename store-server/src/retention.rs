@@ -71,7 +71,11 @@ pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Resu
             _ => break,
         }
     }
-    sweep_orphans(state, cutoff, now, &mut s).await?;
+    // Bytes with no row yet may be an upload between publication and its row: only bytes older
+    // than the deletion lease too (an upload takes seconds there, the lease minutes) are
+    // orphans, whatever the grace.
+    let orphan_cutoff = cutoff.min(stale_before);
+    sweep_orphans(state, orphan_cutoff, now, &mut s).await?;
     metrics::counter!("spillway_retention_expired_refs_total").increment(s.references_expired);
     metrics::counter!("spillway_retention_deleted_blobs_total").increment(s.blobs_deleted);
     metrics::counter!("spillway_retention_freed_bytes_total").increment(s.bytes_freed);

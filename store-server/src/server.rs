@@ -40,6 +40,7 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
         stream_waiters: Default::default(),
         token_cache: Default::default(),
         blob_rows: Default::default(),
+        races: Default::default(),
     })
 }
 

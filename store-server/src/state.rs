@@ -32,6 +32,24 @@ pub struct AppState {
     pub token_cache: Arc<crate::auth::TokenCache>,
     /// Space kept back for deletes on a full disk (embedded store only).
     pub reserve: Arc<crate::reserve::Reserve>,
+    /// How often uploads met retention deleting the same content (tests show the branches run).
+    pub races: Arc<UploadRaces>,
+}
+
+/// Counts of the rare branches of the write path, per server.
+#[derive(Debug, Default)]
+pub struct UploadRaces {
+    /// Uploads that found their content's row being deleted and waited for it.
+    pub waited_for_deletion: std::sync::atomic::AtomicU64,
+    /// Uploads that published their bytes again after a deletion removed them.
+    pub published_again: std::sync::atomic::AtomicU64,
+}
+
+impl UploadRaces {
+    /// Adds one to a counter.
+    pub fn count(counter: &std::sync::atomic::AtomicU64) {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl AppState {

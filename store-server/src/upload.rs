@@ -13,7 +13,7 @@ use crate::blobs::{BlobError, Staged};
 use crate::clock::rfc3339;
 use crate::db::{AddRef, BlobRow, NewRef};
 use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
+use crate::state::{AppState, UploadRaces};
 
 /// How long an upload waits for retention to finish deleting the same content.
 const DELETING_WAIT: Duration = Duration::from_secs(15);
@@ -124,6 +124,7 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
                     // Whatever raced the publication (retention collecting the same content
                     // under it), the staged copy is still ours: publish it again.
                     Err(BlobError::NotFound) if tokio::time::Instant::now() < give_up => {
+                        UploadRaces::count(&state.races.published_again);
                         tracing::warn!(digest = %staged.digest, "publication raced a deletion; publishing again");
                         continue;
                     }
@@ -143,6 +144,7 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
                 }
             }
             AddRef::Deleting => {
+                UploadRaces::count(&state.races.waited_for_deletion);
                 if tokio::time::Instant::now() > give_up {
                     return Err(ApiError::Unavailable("the same content is being deleted; retry".into()));
                 }
@@ -151,6 +153,14 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
             }
         };
     };
+    // A deletion that claimed an earlier life of this content before our row existed may have
+    // removed the bytes between our publication and our row (its row was gone when ours went
+    // in). Our reference now keeps every deleter away: one look, and publish again if needed.
+    if staged.inline().is_none() && !state.blobs.exists(&staged.digest).await? {
+        tracing::warn!(digest = %staged.digest, "bytes removed by a deletion that raced this upload; publishing again");
+        UploadRaces::count(&state.races.published_again);
+        state.blobs.publish(staged).await?;
+    }
     Ok(Stored {
         record: BlobRecord {
             digest: staged.digest,

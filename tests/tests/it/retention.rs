@@ -75,7 +75,7 @@ async fn ttl_pins_and_shared_blobs() {
     srv.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upload_racing_collection_never_loses_bytes() {
     let srv = TestServer::start_with(|c| c.retention_grace = Duration::ZERO).await;
     let c = srv.client();
@@ -140,7 +140,7 @@ async fn grace_counts_from_the_moment_the_last_reference_went() {
 /// same content: the sweep claims the digest with a `deleting` row first, and the upload waits
 /// and publishes again.
 #[tokio::test(flavor = "multi_thread")]
-async fn bytes_without_a_row_are_swept_after_the_grace() {
+async fn bytes_without_a_row_are_swept_after_the_grace_and_the_lease() {
     let srv = TestServer::start_with(|c| c.retention_grace = Duration::from_secs(60)).await;
     let c = srv.client();
     let orphan = Bytes::from(vec![b'o'; 100_000]);
@@ -152,6 +152,9 @@ async fn bytes_without_a_row_are_swept_after_the_grace() {
     assert_eq!(s.orphans_deleted, 0, "younger than the grace: kept");
     assert!(srv.state.blobs.exists(&d).await.unwrap());
     srv.clock.advance_secs(61);
+    let s = srv.retention().await;
+    assert_eq!(s.orphans_deleted, 0, "past the grace but younger than the deletion lease: maybe an upload in flight");
+    srv.clock.advance_secs(srv.config().deletion_lease.as_secs() as i64);
     let s = srv.retention().await;
     assert_eq!((s.orphans_deleted, s.blobs_deleted), (1, 0), "{s:?}");
     assert!(s.bytes_freed >= orphan.len() as u64);
@@ -211,8 +214,41 @@ async fn reuploads_during_collection_never_fail() {
         assert!(retried < 30, "most uploads store the bytes");
     }
     collector.await.unwrap();
+    // How often the rare branches ran here (the test below runs them on purpose).
+    let races = &srv.state.races;
+    eprintln!("waited for a deletion: {:?}, published again: {:?}", races.waited_for_deletion, races.published_again);
     let c = srv.client();
     let rec = c.put(data.clone(), &ttl(3600)).await.unwrap();
     assert_eq!(c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap(), data);
+    srv.stop().await;
+}
+
+/// The branch the race tests hope to hit, taken on purpose: retention has claimed a blob (its
+/// row says `deleting`) when an upload of the same content arrives. The upload waits — the
+/// counter shows it did — until the bytes and the row are gone, then stores the bytes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_waits_for_the_deletion_of_its_content() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let srv = TestServer::start_with(|c| c.retention_grace = Duration::ZERO).await;
+    let c = srv.client();
+    let data = Bytes::from("claimed by retention\n".repeat(4000));
+    let d = c.put(data.clone(), &ttl(1)).await.unwrap().digest;
+    srv.clock.advance_secs(2);
+    let (db, now) = (&srv.state.db, srv.state.now());
+    db.mark_expired(now).await.unwrap();
+    db.expire_refs(now, 500).await.unwrap();
+    assert!(db.claim_for_deletion(&d.hex(), now, now).await.unwrap(), "the first phase of a deletion");
+    let upload = {
+        let (c, data) = (c.clone(), data.clone());
+        tokio::spawn(async move { c.put(data, &ttl(3600)).await })
+    };
+    let races = srv.state.races.clone();
+    eventually("the upload waits for the deletion", || races.waited_for_deletion.load(Relaxed) > 0).await;
+    srv.state.blobs.delete(&d).await.unwrap(); // the second phase: bytes, then the row
+    assert!(db.forget_blob(&d.hex()).await.unwrap());
+    let rec = upload.await.unwrap().expect("stored again once the deletion finished");
+    assert!(!rec.deduplicated);
+    assert_eq!(c.get(&d.to_string()).await.unwrap().bytes().await.unwrap(), data);
+    assert!(srv.state.blobs.exists(&d).await.unwrap());
     srv.stop().await;
 }
