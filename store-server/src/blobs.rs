@@ -204,8 +204,9 @@ fn fsync_dir(dir: &FsPath) -> std::io::Result<()> {
 }
 
 impl BlobStore {
-    /// Opens `file:///path` or `s3://bucket/prefix` (S3 settings from the `AWS_*` variables).
-    pub async fn open(url: &str) -> anyhow::Result<Self> {
+    /// Opens `file:///path` or `s3://bucket/prefix` (S3 settings from the `AWS_*` variables,
+    /// then from `s3_options`).
+    pub async fn open(url: &str, s3_options: &[(String, String)]) -> anyhow::Result<Self> {
         let parsed = Url::parse(url).map_err(|e| anyhow::anyhow!("invalid blob store URL {url:?}: {e}"))?;
         let (scheme, prefix) = ObjectStoreScheme::parse(&parsed)
             .map_err(|e| anyhow::anyhow!("unsupported blob store URL {url:?}: {e}"))?;
@@ -216,7 +217,12 @@ impl BlobStore {
             }
             ObjectStoreScheme::AmazonS3 => {
                 let bucket = parsed.host_str().unwrap_or_default();
-                let s3 = AmazonS3Builder::from_env().with_bucket_name(bucket).build()?;
+                let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+                for (k, v) in s3_options {
+                    let key = k.parse().map_err(|e| anyhow::anyhow!("S3 setting {k:?}: {e}"))?;
+                    builder = builder.with_config(key, v);
+                }
+                let s3 = builder.build()?;
                 let store: Arc<dyn ObjectStore> =
                     if prefix.as_ref().is_empty() { Arc::new(s3) } else { Arc::new(PrefixStore::new(s3, prefix)) };
                 let this = Self { store, local_root: None };

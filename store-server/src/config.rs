@@ -13,6 +13,9 @@ pub struct Config {
     pub database_url: Option<String>,
     /// `file:///path` or `s3://bucket/prefix`; `None` means `file://<data_dir>/blobs`.
     pub blob_store: Option<String>,
+    /// S3 settings given here rather than in the `AWS_*` environment (object_store's keys,
+    /// e.g. `aws_endpoint`); they take precedence over it.
+    pub s3_options: Vec<(String, String)>,
     /// Largest blob an upload may carry.
     pub max_blob_bytes: u64,
     /// TTL of a reference when the upload names none.
@@ -55,6 +58,7 @@ impl Config {
             data_dir: std::path::absolute(&data_dir).unwrap_or(data_dir),
             database_url: None,
             blob_store: None,
+            s3_options: Vec::new(),
             max_blob_bytes: 1 << 30,
             default_ttl: Duration::from_secs(7 * 24 * 3600),
             max_ttl: Duration::from_secs(90 * 24 * 3600),

@@ -88,6 +88,48 @@ impl TestServer {
         self.config().data_dir.join("blobs")
     }
 
+    /// Names of what the blob store holds under `prefix` (`"tmp"` or `"blobs"`): files on
+    /// disk, keys in the S3 bucket. For the "nothing partial is left" checks on both backends.
+    pub fn stored_under(&self, prefix: &str) -> Vec<String> {
+        match self.state.config.blob_store.as_deref() {
+            Some(url) if url.starts_with("s3://") => {
+                let inner = url.trim_start_matches("s3://").split_once('/').map_or("", |(_, p)| p).to_owned();
+                let want = if inner.is_empty() { format!("{prefix}/") } else { format!("{inner}/{prefix}/") };
+                crate::testing_backend::bucket_keys(url).into_iter().filter(|k| k.starts_with(&want)).collect()
+            }
+            _ => {
+                let mut out = Vec::new();
+                let mut stack = vec![self.blob_dir().join(prefix)];
+                while let Some(d) = stack.pop() {
+                    for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                        let p = e.path();
+                        if p.is_dir() {
+                            stack.push(p)
+                        } else {
+                            out.push(p.display().to_string())
+                        }
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    /// Makes the blob store fail from now on: on disk its directories become files, on S3 the
+    /// bucket goes. For the tests of `503 unavailable`.
+    pub fn break_blob_store(&self) {
+        match self.state.config.blob_store.as_deref() {
+            Some(url) if url.starts_with("s3://") => crate::testing_backend::break_bucket(url),
+            _ => {
+                let root = self.blob_dir();
+                for dir in ["tmp", "blobs"] {
+                    let _ = std::fs::remove_dir_all(root.join(dir));
+                    std::fs::write(root.join(dir), b"not a directory").expect("break the blob store");
+                }
+            }
+        }
+    }
+
     /// One retention pass.
     pub async fn retention(&self) -> spillway_api::RetentionSummary {
         crate::run_retention_once(&self.state, false).await.expect("retention")

@@ -38,15 +38,6 @@ fn s3_server() -> &'static S3Server {
         });
         let addr = rx.recv().expect("s3 server started");
         let endpoint = format!("http://{addr}");
-        // object_store's S3 client reads these (the contract's AWS_* configuration).
-        // SAFETY: set once, before any S3 client of this process is built.
-        unsafe {
-            std::env::set_var("AWS_ENDPOINT", &endpoint);
-            std::env::set_var("AWS_ACCESS_KEY_ID", ACCESS_KEY);
-            std::env::set_var("AWS_SECRET_ACCESS_KEY", SECRET_KEY);
-            std::env::set_var("AWS_REGION", "us-east-1");
-            std::env::set_var("AWS_ALLOW_HTTP", "true");
-        }
         S3Server { endpoint, root }
     })
 }
@@ -87,5 +78,45 @@ pub(crate) async fn configure(config: &mut Config) {
     let bucket = format!("b{}", uuid::Uuid::new_v4().simple());
     std::fs::create_dir_all(s3.root.join(&bucket)).expect("bucket");
     config.blob_store = Some(format!("s3://{bucket}/spill"));
+    // Given to this server alone: no process-wide AWS_* variables while other tests run.
+    config.s3_options = [
+        ("aws_endpoint", s3.endpoint.as_str()),
+        ("aws_access_key_id", ACCESS_KEY),
+        ("aws_secret_access_key", SECRET_KEY),
+        ("aws_region", "us-east-1"),
+        ("aws_allow_http", "true"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .into();
     tracing::debug!(endpoint = %s3.endpoint, %bucket, "test backend: postgres + s3");
+}
+
+/// Breaks the bucket of an `s3://bucket/...` store (the server's directory of it becomes a
+/// file): every request to it fails from now on.
+pub(crate) fn break_bucket(url: &str) {
+    let bucket = url.trim_start_matches("s3://").split('/').next().unwrap_or_default();
+    if let Some(s3) = S3.get() {
+        let _ = std::fs::remove_dir_all(s3.root.join(bucket));
+        std::fs::write(s3.root.join(bucket), b"not a bucket").expect("break the bucket");
+    }
+}
+
+/// Keys under the bucket of an `s3://bucket/...` store (to look for leftovers).
+pub(crate) fn bucket_keys(url: &str) -> Vec<String> {
+    let bucket = url.trim_start_matches("s3://").split('/').next().unwrap_or_default();
+    let Some(s3) = S3.get() else { return Vec::new() };
+    let root = s3.root.join(bucket);
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(rel) = p.strip_prefix(&root) {
+                out.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    out
 }

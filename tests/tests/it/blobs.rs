@@ -66,10 +66,8 @@ async fn digest_mismatch_stores_nothing() {
     assert_eq!(body["error"]["code"], "digest_mismatch");
     assert_eq!(c.head(&wrong.to_string()).await.unwrap(), None);
     assert_eq!(c.head(&Digest::of(b"actual").to_string()).await.unwrap(), None);
-    if !is_remote() {
-        assert!(files_under(&srv.blob_dir().join("tmp")).is_empty());
-        assert!(files_under(&srv.blob_dir().join("blobs")).is_empty());
-    }
+    assert!(srv.stored_under("tmp").is_empty(), "staged bytes left: {:?}", srv.stored_under("tmp"));
+    assert!(srv.stored_under("blobs").is_empty(), "bytes published: {:?}", srv.stored_under("blobs"));
     srv.stop().await;
 }
 
@@ -108,10 +106,8 @@ async fn too_large_leaves_nothing() {
     let body = futures::stream::iter((0..10).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'y'; 300]))));
     let err = c.put_stream(body, &UploadOptions::default()).await.unwrap_err();
     assert_eq!(api_code(&err), (413, "too_large".into()));
-    if !is_remote() {
-        assert!(files_under(&srv.blob_dir().join("tmp")).is_empty());
-        assert!(files_under(&srv.blob_dir().join("blobs")).is_empty());
-    }
+    assert!(srv.stored_under("tmp").is_empty(), "staged bytes left: {:?}", srv.stored_under("tmp"));
+    assert!(srv.stored_under("blobs").is_empty(), "bytes published: {:?}", srv.stored_under("blobs"));
     assert!(c.put(Bytes::from(vec![b'x'; 1000]), &UploadOptions::default()).await.is_ok());
     srv.stop().await;
 }
@@ -169,8 +165,8 @@ async fn namespaces_are_isolated_but_storage_is_shared() {
     assert!(b.stream_info(&s.id).await.unwrap_err().is_not_found());
     assert!(b.append(&s.id, 9, Bytes::from_static(b"b's line\n")).await.unwrap_err().is_not_found());
     let whole = spillway_client::ReadRequest::Bytes { offset: 0, limit: None };
-    assert!(b.read_stream(&s.id, whole.clone(), None).await.unwrap_err().is_not_found());
-    assert!(b.read_stream(&s.id, whole.clone(), Some(100)).await.unwrap_err().is_not_found());
+    assert!(b.read_stream(&s.id, whole, None).await.unwrap_err().is_not_found());
+    assert!(b.read_stream(&s.id, whole, Some(100)).await.unwrap_err().is_not_found());
     assert!(b.seal(&s.id).await.unwrap_err().is_not_found());
     let info = a.stream_info(&s.id).await.unwrap();
     assert_eq!((info.size, info.state), (9, spillway_api::StreamState::Open), "B changed nothing");
@@ -180,9 +176,7 @@ async fn namespaces_are_isolated_but_storage_is_shared() {
     assert_eq!(resp.status(), StatusCode::CREATED);
     let rb: BlobRecord = resp.json().await.unwrap();
     assert!(!rb.deduplicated);
-    if !is_remote() {
-        assert_eq!(files_under(&srv.blob_dir().join("blobs")).len(), 1, "one stored copy");
-    }
+    assert_eq!(srv.stored_under("blobs").len(), 1, "one stored copy");
     srv.stop().await;
 }
 
@@ -206,10 +200,8 @@ async fn sixteen_concurrent_identical_uploads() {
         created += usize::from(st == StatusCode::CREATED);
     }
     assert_eq!(created, 1, "one upload made the reference, the fifteen others found it");
-    if !is_remote() {
-        assert_eq!(files_under(&srv.blob_dir().join("blobs")).len(), 1);
-        assert!(files_under(&srv.blob_dir().join("tmp")).is_empty());
-    }
+    assert_eq!(srv.stored_under("blobs").len(), 1);
+    assert!(srv.stored_under("tmp").is_empty());
     let got = srv.client().get(&Digest::of(&data).to_string()).await.unwrap().bytes().await.unwrap();
     assert_eq!(got, data);
     srv.stop().await;

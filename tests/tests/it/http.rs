@@ -116,7 +116,6 @@ async fn idle_slow_and_stalled_connections_are_closed() {
     let srv = strict_server().await;
     let addr = addr_of(&srv);
     let token = srv.token.clone();
-    let tmp_dir = srv.blob_dir().join("tmp");
     tokio::task::spawn_blocking(move || {
         // An idle connection: closed, having sent nothing.
         let mut idle = std::net::TcpStream::connect(&addr).unwrap();
@@ -149,8 +148,8 @@ async fn idle_slow_and_stalled_connections_are_closed() {
     })
     .await
     .unwrap();
-    let leftovers = files_under(&tmp_dir);
-    assert!(leftovers.is_empty() || is_remote(), "staged bytes left behind: {leftovers:?}");
+    let leftovers = srv.stored_under("tmp");
+    assert!(leftovers.is_empty(), "staged bytes left behind: {leftovers:?}");
     srv.stop().await;
 }
 

@@ -2,6 +2,7 @@
 //! real client.
 
 mod blobs;
+mod contract;
 mod crash;
 mod http;
 mod ops;
