@@ -21,6 +21,14 @@ pub fn is_remote() -> bool {
     std::env::var("SPILLWAY_TEST_BACKEND").is_ok_and(|v| v == "postgres-s3")
 }
 
+/// The configuration of a server of this test run's backend, with its data under `data_dir`
+/// (a fresh database and bucket on PostgreSQL + S3).
+pub async fn backend_config(data_dir: impl Into<std::path::PathBuf>) -> Config {
+    let mut config = Config::new(data_dir);
+    crate::testing_backend::configure(&mut config).await;
+    config
+}
+
 /// A running server.
 pub struct TestServer {
     /// `http://127.0.0.1:PORT`.

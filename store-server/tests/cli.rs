@@ -154,27 +154,100 @@ fn no_flags_in_an_empty_directory() {
     }
 }
 
+/// A request with a body, by hand; answers the status line's code and the body.
+fn send(addr: &str, method: &str, path: &str, token: &str, body: &[u8]) -> (u16, String) {
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let out = ask(addr, &(head + &String::from_utf8_lossy(body)));
+    let code = out[9..12].parse().unwrap();
+    (code, out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default())
+}
+
+/// The value of one series of the Prometheus text, 0 when absent.
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .map_or(0.0, |l| l.rsplit(' ').next().unwrap().parse().unwrap())
+}
+
+fn summary(out: &std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "one JSON line: {stdout}");
+    serde_json::from_str(&stdout).unwrap()
+}
+
+/// `token create` makes a token the server takes; the server counts what it served in
+/// /metrics (this process's own counters: exact values); `retention --dry-run` reports what a
+/// pass would collect and changes nothing, and the pass itself then collects exactly that.
 #[test]
-fn token_create_and_retention_commands() {
+fn tokens_metrics_and_retention_of_the_binary() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("d");
     let out = run(&["token", "create", "--namespace", "team-a", "--scope", "read", "--scope", "write"], &data);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(stdout.lines().count(), 1, "one line, nothing else");
-    assert!(stdout.starts_with("spw_") && stdout.trim().len() > 40);
+    let token = stdout.trim().to_owned();
     let bad = run(&["token", "create", "--namespace", "team-a", "--scope", "root"], &data);
     assert!(!bad.status.success());
-    for args in [&["retention", "--dry-run"][..], &["retention", "--retention-grace", "0"][..]] {
-        let out = run(args, &data);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        assert_eq!(stdout.lines().count(), 1);
-        let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-        for field in ["references_expired", "blobs_deleted", "bytes_freed"] {
-            assert!(v[field].is_u64(), "{field} in {stdout}");
+
+    let server = start(dir.path(), &["--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()]);
+    let before = ask(&server.addr, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let short = vec![b's'; 40_000];
+    let long = vec![b'l'; 30_000];
+    assert_eq!(send(&server.addr, "POST", "/v1/blobs?ttl=1", &token, &short).0, 201, "the created token writes");
+    assert_eq!(send(&server.addr, "POST", "/v1/blobs?ttl=1", &token, &short).0, 200);
+    let (code, body) = send(&server.addr, "POST", "/v1/blobs?ttl=3600", &token, &long);
+    assert_eq!(code, 201);
+    let long_digest = serde_json::from_str::<serde_json::Value>(&body).unwrap()["digest"].as_str().unwrap().to_owned();
+    let (code, page) = send(&server.addr, "GET", &format!("/v1/blobs/{long_digest}/read?limit=100"), &token, b"");
+    assert_eq!((code, page.contains(&"l".repeat(100))), (200, true));
+    let after = ask(&server.addr, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let delta = |series: &str| metric(&after, series) - metric(&before, series);
+    let posts = |status: u16| {
+        format!("spillway_http_requests_total{{method=\"POST\",route=\"/v1/blobs\",status=\"{status}\"}}")
+    };
+    assert_eq!((delta(&posts(201)), delta(&posts(200))), (2.0, 1.0), "{after}");
+    assert_eq!(delta("spillway_bytes_in_total"), 110_000.0, "every upload's bytes, deduplicated or not");
+    assert_eq!(delta("spillway_dedup_hits_total"), 1.0);
+    assert_eq!(delta("spillway_bytes_out_total"), 100.0);
+    assert_eq!(delta("spillway_read_capped_total"), 0.0);
+    drop(server);
+
+    // The short references expire a second later (the binary runs on the wall clock).
+    let start = Instant::now();
+    let dry = loop {
+        let v = summary(&run(&["retention", "--dry-run", "--retention-grace", "0"], &data));
+        if v["references_expired"] == 2 || start.elapsed() > Duration::from_secs(15) {
+            break v;
         }
-    }
+        std::thread::sleep(Duration::from_millis(100)); // waiting for the wall clock itself
+    };
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!((dry["references_expired"].as_u64(), dry["blobs_deleted"].as_u64()), (Some(2), Some(1)), "{dry}");
+    assert_eq!(dry["bytes_freed"], 40_000);
+    let blob_files = || {
+        let mut n = 0;
+        for d in std::fs::read_dir(data.join("blobs/blobs")).unwrap().flatten() {
+            n += std::fs::read_dir(d.path()).unwrap().count();
+        }
+        n
+    };
+    assert_eq!(blob_files(), 2, "a dry run deletes nothing");
+    assert_eq!(summary(&run(&["retention", "--dry-run", "--retention-grace", "0"], &data))["references_expired"], 2);
+    let pass = summary(&run(&["retention", "--retention-grace", "0"], &data));
+    assert_eq!(pass["dry_run"], false);
+    assert_eq!(
+        (pass["references_expired"].clone(), pass["blobs_deleted"].clone(), pass["bytes_freed"].clone()),
+        (serde_json::json!(2), serde_json::json!(1), serde_json::json!(40_000)),
+        "{pass}"
+    );
+    assert_eq!(blob_files(), 1, "the long-lived blob stays");
+    let again = summary(&run(&["retention", "--retention-grace", "0"], &data));
+    assert_eq!((again["references_expired"].as_u64(), again["blobs_deleted"].as_u64()), (Some(0), Some(0)));
 }
 
 fn list_tokens(data: &std::path::Path) -> Vec<serde_json::Value> {

@@ -119,7 +119,7 @@ async fn backend_down_is_503_unavailable() {
     assert_eq!(http.get(format!("{}/healthz", srv.url)).send().await.unwrap().status(), 200, "the process is up");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_write_spoils_only_itself() {
     // Concurrent writes share SQLite group commits; a write that fails (here a duplicate key)
     // must roll back alone and leave the others of its batch committed.

@@ -88,7 +88,10 @@ async fn over_long_line_continues_by_bytes_and_lossy_is_flagged() {
     assert_eq!(rest.content, "a".repeat(50_000) + "\n");
     let p = c.read(&d, ReadRequest::Lines { line: 3, lines: None }).await.unwrap();
     assert!(p.lossy);
-    assert!(p.content.contains('\u{FFFD}'));
+    assert_eq!(p.content, "\u{FFFD}\u{FFFD} bad\n", "each invalid byte is one replacement character");
+    assert_eq!((p.offset, p.length, p.eof), (150_006, 7, true), "offsets count the stored bytes");
+    let p = c.read(&d, ReadRequest::Lines { line: 2, lines: Some(1) }).await.unwrap();
+    assert!(!p.lossy, "a page of valid text is not lossy");
     srv.stop().await;
 }
 
