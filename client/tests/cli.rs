@@ -600,3 +600,57 @@ async fn sre_commands_round_trip() {
     assert!(!e.status.success() && msg.contains("not found in this namespace"), "{msg}");
     srv.stop().await;
 }
+
+/// `--local` is the server's read API over a directory: the same request through the server and
+/// through `--local` gives the same JSON, and the same refusals with the same messages.
+#[tokio::test]
+async fn local_reads_and_greps_answer_like_the_server() {
+    let srv = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text: String = (1..=30_000).map(|i| format!("{i} {}\n", if i % 700 == 0 { "ERROR (disk)" } else { "ok" })).collect();
+    let file = dir.path().join("out.txt");
+    std::fs::write(&file, &text).unwrap();
+    let remote = Run::remote(&srv, dir.path());
+    let local = Run::local(dir.path());
+    let r = remote.json(&["put", file.to_str().unwrap()], None).await;
+    let l = local.json(&["put", "--local", ".outputs", file.to_str().unwrap()], None).await;
+    assert_eq!(r["digest"], l["digest"]);
+    assert_eq!((&r["size"], &r["lines"], &r["sha256"]), (&l["size"], &l["lines"], &l["sha256"]));
+    let digest = r["digest"].as_str().unwrap();
+    let long = "a".repeat(4097);
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["read", digest],
+        vec!["read", digest, "--offset", "5", "--limit", "10"],
+        vec!["read", digest, "--offset", "0", "--limit", "5000000"],
+        vec!["read", digest, "--line", "29999", "--lines", "5"],
+        vec!["read", digest, "--line", "30001"],
+        vec!["read", digest, "--line", "30002"],
+        vec!["read", digest, "--line", "0"],
+        vec!["read", digest, "--offset", "999999999"],
+        vec!["grep", digest, "ERROR"],
+        vec!["grep", digest, "-i", "error", "--max-matches", "2", "-B", "1", "-A", "2"],
+        vec!["grep", digest, "-F", "(disk)", "--from-line", "20000"],
+        vec!["grep", digest, "nothing matches this"],
+        vec!["grep", digest, ""],
+        vec!["grep", digest, &long],
+        vec!["grep", digest, "ERROR", "--max-matches", "0"],
+        vec!["grep", digest, "("],
+        vec!["grep", digest, "ERROR", "--from-line", "0"],
+        vec!["grep", digest, "ERROR", "-A", "1000"],
+    ];
+    for args in cases {
+        let server = remote.run(&args, None).await;
+        let mut local_args = vec!["--local", ".outputs"];
+        local_args.extend(&args);
+        let there = local.run(&local_args, None).await;
+        let what = format!("{:?}", &args[..args.len().min(6)]);
+        assert_eq!(server.status.code(), there.status.code(), "{what}: exit status");
+        if server.status.success() {
+            let a: Value = serde_json::from_slice(&server.stdout).unwrap();
+            let b: Value = serde_json::from_slice(&there.stdout).unwrap();
+            assert_eq!(a, b, "{what}");
+        } else {
+            assert_eq!(String::from_utf8_lossy(&server.stderr), String::from_utf8_lossy(&there.stderr), "{what}");
+        }
+    }
+}
