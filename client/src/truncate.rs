@@ -167,8 +167,9 @@ fn marker(bytes: u64, lines: u64) -> String {
 pub fn preview(sample: &Sample<'_>, cap: usize, strategy: Strategy) -> Result<Preview, Rejected> {
     // Replacing invalid UTF-8 never shortens text: only a sample within the cap can fit whole.
     if sample.is_whole() && sample.head.len() <= cap {
-        let (text, used) = text_within(sample.head, usize::MAX);
-        if text.len() <= cap && used == sample.head.len() {
+        // The whole output: its last bytes are its end, not a character cut in two.
+        let text = String::from_utf8_lossy(sample.head).into_owned();
+        if text.len() <= cap {
             if let Strategy::NumberedLines { first_line } = strategy {
                 return Ok(numbered(sample.head, cap, first_line));
             }
@@ -385,6 +386,13 @@ mod tests {
         assert!(p.text.contains(&format!("continue from line {n}")));
         assert!(p.text.contains(&format!("\trow {}\n", n - 1)));
         assert!(!p.text.contains(&format!("\trow {n}\n")));
+    }
+
+    #[test]
+    fn a_whole_output_ending_in_an_invalid_byte_is_shown_whole() {
+        let p = preview(&Sample::whole(&[b'a', 0xC0]), 200, super::Strategy::default()).unwrap();
+        assert_eq!((p.text.as_str(), p.truncated), ("a\u{FFFD}", false));
+        assert_eq!(p.shown, vec![ShownRange { offset: 0, length: 2 }]);
     }
 
     #[test]
