@@ -613,7 +613,8 @@ async fn sre_commands_round_trip() {
 async fn local_reads_and_greps_answer_like_the_server() {
     let srv = TestServer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let text: String = (1..=30_000).map(|i| format!("{i} {}\n", if i % 700 == 0 { "ERROR (disk)" } else { "ok" })).collect();
+    let text: String =
+        (1..=30_000).map(|i| format!("{i} {}\n", if i % 700 == 0 { "ERROR (disk)" } else { "ok" })).collect();
     let file = dir.path().join("out.txt");
     std::fs::write(&file, &text).unwrap();
     let remote = Run::remote(&srv, dir.path());

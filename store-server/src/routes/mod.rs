@@ -253,7 +253,8 @@ fn parse_u64(name: &str, v: &str) -> Result<u64, ApiError> {
 }
 
 impl RefOptions {
-    /// Parses the query pairs; unknown parameters are errors so typos do not go unnoticed.
+    /// Parses the query pairs. Parameters it does not know are ignored, as S3 and HTTP APIs at
+    /// large do; the ones it knows are checked strictly.
     pub fn parse(pairs: Vec<(String, String)>, allow_max_bytes: bool) -> Result<Self, ApiError> {
         let mut out = Self::default();
         for (k, v) in pairs {
@@ -283,8 +284,6 @@ impl RefOptions {
                 out.ttl = Some(ttl);
             } else if k == "max_bytes" && allow_max_bytes {
                 out.max_bytes = Some(parse_u64("max_bytes", &v)?);
-            } else {
-                return Err(ApiError::InvalidArgument(format!("unknown query parameter {k:?}")));
             }
         }
         Ok(out)

@@ -21,7 +21,6 @@ use spillway_api::paging::{self as page, GrepRequest, PageResult, Source};
 /// Query of the capped read API.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
 pub(super) struct ReadQuery {
     /// Byte page start.
     offset: Option<u64>,
@@ -153,7 +152,6 @@ pub(super) async fn read_blob(
 /// Query of grep.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
 pub(super) struct GrepQuery {
     /// Rust `regex` syntax.
     pattern: String,

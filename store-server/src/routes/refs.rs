@@ -45,9 +45,7 @@ pub(super) async fn list_refs(
                     .filter(|c| *c > 0)
                     .ok_or_else(|| ApiError::InvalidArgument(format!("invalid cursor {v:?}")))?,
             );
-        } else {
-            return Err(ApiError::InvalidArgument(format!("unknown query parameter {k:?}")));
-        }
+        } // other parameters are ignored, as S3 does
     }
     let rows = state.db.list_refs(&caller.namespace, &filter, cursor, limit + 1, state.now()).await?;
     let more = rows.len() > limit as usize;

@@ -103,7 +103,6 @@ pub(super) async fn get_stream(
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
 pub(super) struct AppendQuery {
     /// Must equal the stream's current size.
     offset: u64,

@@ -226,3 +226,26 @@ async fn empty_blobs_and_range_edges() {
     assert_eq!((page.content.as_str(), page.digest.as_deref()), ("234", Some(rec.digest.to_string().as_str())));
     srv.stop().await;
 }
+
+/// Query parameters the server does not know are ignored, as S3 does; the ones it knows are
+/// checked strictly.
+#[tokio::test]
+async fn unknown_query_parameters_are_ignored() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    let r = c.request(Method::POST, "/v1/blobs?x-id=PutObject&ttl=60").body("some text\n").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let rec: spillway_api::BlobRecord = r.json().await.unwrap();
+    let d = rec.digest.to_string();
+    for path in [
+        format!("/v1/blobs/{d}/read?line=1&format=json"),
+        format!("/v1/blobs/{d}/grep?pattern=some&v=2"),
+        "/v1/refs?sort=asc".into(),
+    ] {
+        let r = c.request(Method::GET, &path).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+    }
+    let r = c.request(Method::GET, &format!("/v1/blobs/{d}/read?line=x&format=json")).send().await.unwrap();
+    assert_eq!(error_of(r).await, (StatusCode::BAD_REQUEST, "invalid_argument".into()), "known ones are still checked");
+    srv.stop().await;
+}
