@@ -187,3 +187,105 @@ fn existing_location(r: &Receipt) -> Option<Location> {
     }
     r.digest.as_ref().map(|d| Location::Store { digest: d.clone() })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spill::LocalDir;
+
+    fn gate(dir: &std::path::Path) -> Gate {
+        Gate { budget: 1_000, keep: 100, deadline: Duration::from_secs(3), spill: Arc::new(LocalDir::new(dir)) }
+    }
+
+    fn text(n: usize, c: char) -> TurnResult {
+        TurnResult::Text(c.to_string().repeat(n))
+    }
+
+    #[test]
+    fn plan_degrades_the_largest_until_the_rest_fits() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gate(dir.path());
+        assert!(g.plan(&[text(500, 'a'), text(500, 'b')]).is_empty(), "exactly the budget fits");
+        assert_eq!(g.plan(&[text(500, 'a'), text(501, 'b')]), [1]);
+        // 2000 + 900 + 400: degrading the largest leaves 100 + 900 + 400 = 1400, then the next.
+        assert_eq!(g.plan(&[text(400, 'a'), text(2000, 'b'), text(900, 'c')]), [1, 2]);
+        // Results not much larger than what would be kept are never degraded.
+        assert!(g.plan(&vec![text(300, 'a'); 5]).is_empty());
+        assert_eq!(g.plan(&[text(301, 'a'), text(1000, 'b')]), [1]);
+    }
+
+    #[tokio::test]
+    async fn degraded_results_keep_a_head_and_say_where_the_rest_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gate(dir.path());
+        let big = "line\n".repeat(400); // 2,000 bytes
+        let out = g.apply(vec![TurnResult::Text("small".into()), TurnResult::Text(big.clone())]).await;
+        assert_eq!(out[0], TurnResult::Text("small".into()), "results that fit stay as given");
+        let TurnResult::Receipt(r) = &out[1] else { panic!("{:?}", out[1]) };
+        let path = r.file_path.clone().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), big, "the full content is saved");
+        assert_eq!(r.result, format!("{}\n[omitted 1900 bytes, full content at {path}]", &big[..100]));
+        assert_eq!((r.total_size, r.total_lines, r.truncated, r.saved), (2000, 400, true, true));
+        assert_eq!(r.shown, [ShownRange { offset: 0, length: 100 }]);
+        assert!(r.digest.as_deref().is_some_and(|d| d.starts_with("blake3:")));
+        let hint = r.hint.as_deref().unwrap();
+        assert!(hint.contains("over 1000 bytes") && hint.contains("first 100 bytes") && hint.contains(&path), "{hint}");
+        // A multi-byte character at the cut is not split.
+        let wide = "€".repeat(700);
+        let out = g.apply(vec![TurnResult::Text(wide)]).await;
+        let TurnResult::Receipt(r) = &out[0] else { panic!() };
+        assert_eq!(r.shown[0].length, 99);
+        assert!(r.result.starts_with(&"€".repeat(33)));
+    }
+
+    #[tokio::test]
+    async fn a_receipt_keeps_its_location_and_its_totals() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gate(dir.path());
+        let earlier = Receipt {
+            result: "x".repeat(1_500),
+            truncated: true,
+            total_size: 9_000_000,
+            total_lines: 12,
+            shown: vec![],
+            saved: true,
+            digest: Some("blake3:abc".into()),
+            file_path: None,
+            hint: None,
+            save_error: None,
+        };
+        let out = g.apply(vec![TurnResult::Receipt(earlier)]).await;
+        let TurnResult::Receipt(r) = &out[0] else { panic!() };
+        assert_eq!((r.digest.as_deref(), r.file_path.as_deref()), (Some("blake3:abc"), None));
+        assert_eq!((r.total_size, r.total_lines), (9_000_000, 12));
+        assert!(r.result.ends_with("[omitted 8999900 bytes, full content at blake3:abc]"), "{}", r.result);
+        assert_eq!(std::fs::read_dir(dir.path()).map(|d| d.count()).unwrap_or(0), 0, "nothing saved again");
+    }
+
+    #[tokio::test]
+    async fn a_failed_save_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocked = dir.path().join("file");
+        std::fs::write(&blocked, b"not a directory").unwrap();
+        let g = Gate { spill: Arc::new(LocalDir::new(blocked.join("sub"))), ..gate(dir.path()) };
+        let out = g.apply(vec![text(5_000, 'z')]).await;
+        let TurnResult::Receipt(r) = &out[0] else { panic!() };
+        assert!(!r.saved && r.digest.is_none() && r.file_path.is_none());
+        assert!(r.result.ends_with("could not be saved and cannot be retrieved]"));
+        assert!(r.hint.as_deref().unwrap().contains("NOT saved"));
+    }
+
+    #[test]
+    fn turns_parse_strings_and_receipts_and_name_the_bad_item() {
+        let t = parse_turn(r#"["a", {"result": "b", "truncated": false, "total_size": 1, "total_lines": 1, "shown": [], "saved": true}]"#)
+            .unwrap();
+        assert_eq!(t[0], TurnResult::Text("a".into()));
+        assert!(matches!(&t[1], TurnResult::Receipt(r) if r.result == "b"));
+        assert_eq!(t.iter().map(TurnResult::size).collect::<Vec<_>>(), [1, 1]);
+        let err = parse_turn(r#"["a", 3]"#).unwrap_err().to_string();
+        assert!(err.contains("item 1 is neither"), "{err}");
+        let err = parse_turn(r#"[{"x": 1}]"#).unwrap_err().to_string();
+        assert!(err.contains("item 0 is an object but not a receipt"), "{err}");
+        assert!(parse_turn("{").unwrap_err().to_string().contains("JSON array"));
+    }
+}

@@ -66,3 +66,9 @@ pub mod truncate;
 pub use error::{ClientError, Result};
 pub use spillway_api::Receipt;
 pub use store::{GrepRequest, ReadRequest, StoreClient, UploadOptions};
+
+/// Cases of a property test: `n`, or `PROPTEST_CASES` when set (`scripts/mutants` runs fewer).
+#[cfg(test)]
+pub(crate) fn test_cases(n: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(n)
+}

@@ -103,3 +103,64 @@ pub fn build_for(preview: Preview, total_size: u64, total_lines: u64, saved: Sav
     }
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spillway_api::{SaveFailure, ShownRange};
+
+    fn preview(truncated: bool, next_line: Option<u64>) -> Preview {
+        Preview { text: "head".into(), shown: vec![ShownRange { offset: 0, length: 4 }], truncated, next_line }
+    }
+
+    #[test]
+    fn a_whole_output_needs_no_location_and_no_hint() {
+        let r = build(preview(false, None), 4, 1, Saved::NotNeeded);
+        assert_eq!((r.result.as_str(), r.truncated, r.saved, r.total_size, r.total_lines), ("head", false, true, 4, 1));
+        assert!(r.hint.is_none() && r.digest.is_none() && r.file_path.is_none() && r.save_error.is_none());
+        assert_eq!(r.shown, [ShownRange { offset: 0, length: 4 }]);
+    }
+
+    #[test]
+    fn a_stored_output_says_how_to_page_it_for_each_reader() {
+        let at = || Saved::At(Location::Store { digest: "blake3:d1".into() });
+        let r = build(preview(true, Some(41)), 1_234_567, 2_000, at());
+        assert_eq!((r.digest.as_deref(), r.file_path.as_deref(), r.saved), (Some("blake3:d1"), None, true));
+        let hint = r.hint.unwrap();
+        assert!(hint.starts_with("The full output (1,234,567 bytes, 2,000 lines) is saved in the store as blake3:d1."));
+        assert!(hint.contains("`spillway read blake3:d1 --line 41 --lines 2000`"), "{hint}");
+        assert!(
+            hint.contains("`spillway grep blake3:d1 PATTERN`") && hint.contains("`spillway get blake3:d1 -o FILE`")
+        );
+        assert!(hint.contains("next_line when a page gives one, else with next_offset"));
+        let r = build_for(preview(true, None), 10, 1, at(), Readers::Mcp);
+        let hint = r.hint.unwrap();
+        assert!(hint.contains("the read tool (digest blake3:d1, line 1;") && hint.contains("the grep tool"), "{hint}");
+        assert!(!hint.contains("spillway read"), "MCP readers get tools, not commands");
+    }
+
+    #[test]
+    fn a_local_spill_names_its_directory_and_file() {
+        let file = Saved::At(Location::File { path: "/w/.outputs/abc".into(), digest: Some("blake3:abc".into()) });
+        let r = build(preview(true, Some(7)), 10, 2, file);
+        assert_eq!((r.file_path.as_deref(), r.digest.as_deref()), (Some("/w/.outputs/abc"), Some("blake3:abc")));
+        let hint = r.hint.unwrap();
+        assert!(hint.contains("is saved at /w/.outputs/abc."), "{hint}");
+        assert!(hint.contains("`spillway read --local /w/.outputs blake3:abc --line 7 --lines 2000`"), "{hint}");
+        assert!(hint.contains("`spillway grep --local /w/.outputs blake3:abc PATTERN`"));
+        let nameless = Saved::At(Location::File { path: "/w/out.txt".into(), digest: None });
+        let hint = build_for(preview(true, Some(3)), 10, 2, nameless, Readers::Mcp).hint.unwrap();
+        assert!(hint.contains("the read tool (digest /w/out.txt, line 3;"), "{hint}");
+    }
+
+    #[test]
+    fn a_failed_save_is_not_a_location() {
+        let why = SaveError { cause: SaveFailure::Timeout, message: "no answer from http://s within 3 s".into() };
+        let r = build(preview(true, Some(2)), 5_000, 10, Saved::Failed(why.clone()));
+        assert!(!r.saved && r.digest.is_none() && r.file_path.is_none());
+        assert_eq!(r.save_error, Some(why));
+        let hint = r.hint.unwrap();
+        assert!(hint.contains("(5,000 bytes, 10 lines) was NOT saved (no answer from http://s within 3 s)"), "{hint}");
+        assert!(hint.contains("cannot be retrieved"));
+    }
+}

@@ -353,7 +353,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(128))]
+        #![proptest_config(ProptestConfig::with_cases(crate::test_cases(128)))]
         #[test]
         fn caps_hold_and_shown_matches(data in data_strategy(), cap in 200usize..5000) {
             for s in [super::Strategy::Head, super::Strategy::Tail, super::Strategy::default(),

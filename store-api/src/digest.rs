@@ -161,6 +161,14 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn blake3_of_known_input() {
+        // The BLAKE3 test vector of the empty input.
+        let empty = "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262";
+        assert_eq!(Digest::of(b"").hex(), empty);
+        assert_eq!(Digest::of(b"").to_string(), format!("blake3:{empty}"));
+    }
+
+    #[test]
     fn accepts_both_forms() {
         let hex = "ab".repeat(32);
         let b: Digest = format!("blake3:{hex}").parse().unwrap();
@@ -191,8 +199,13 @@ mod tests {
         fn roundtrips(bytes in any::<[u8; 32]>()) {
             let d = Digest::from_bytes(bytes);
             prop_assert_eq!(d.to_string().parse::<Digest>().unwrap(), d);
+            prop_assert_eq!(d.as_bytes(), &bytes);
+            prop_assert_eq!(format!("blake3:{}", d.hex()), d.to_string());
+            prop_assert_eq!(format!("{d:?}"), d.to_string());
             let s = Sha256Digest::from_bytes(bytes);
             prop_assert_eq!(s.to_string().parse::<Sha256Digest>().unwrap(), s);
+            prop_assert_eq!(s.as_bytes(), &bytes);
+            prop_assert_eq!(format!("{s:?}"), s.to_string());
         }
 
         /// Valid and near-valid digests: the right or a wrong algorithm, 62 to 66 characters,

@@ -39,3 +39,9 @@ pub fn valid_label_key(key: &str) -> bool {
     (1..=64).contains(&key.len())
         && key.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_.-".contains(&b))
 }
+
+/// Cases of a property test: `n`, or `PROPTEST_CASES` when set (`scripts/mutants` runs fewer).
+#[cfg(test)]
+pub(crate) fn test_cases(n: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(n)
+}

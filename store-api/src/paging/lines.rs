@@ -116,7 +116,7 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(24))]
+        #![proptest_config(ProptestConfig::with_cases(crate::test_cases(24)))]
         #[test]
         fn checkpoints_are_exact(data in proptest::collection::vec(prop_oneof![Just(b'\n'), any::<u8>()], 0..200_000), cut in 1usize..70_000) {
             let mut b = LineIndexBuilder::default();

@@ -613,7 +613,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
+        #![proptest_config(ProptestConfig::with_cases(crate::test_cases(64)))]
         #[test]
         fn byte_pages_concatenate(text in text_strategy(), limit in 1u64..300) {
             let src = Mem::new_vec(text.clone().into_bytes());
@@ -657,7 +657,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
+        #![proptest_config(ProptestConfig::with_cases(crate::test_cases(64)))]
         /// Small and huge limits over any bytes: every page holds at most the cap, says exactly
         /// which bytes it holds, and the pages followed by `next_offset` cover the blob once.
         #[test]
@@ -689,6 +689,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn content_is_capped_after_replacement() {
+        // Valid text over the cap: cut at the cap, on a character boundary.
+        let c = to_content("€".repeat(READ_CAP).as_bytes());
+        assert!(c.cut && !c.lossy);
+        assert_eq!((c.text.len(), c.used), (READ_CAP - READ_CAP % 3, READ_CAP - READ_CAP % 3));
+        let c = to_content(&vec![b'a'; READ_CAP + 1]);
+        assert_eq!((c.text.len(), c.used, c.cut), (READ_CAP, READ_CAP, true));
+        // After an invalid byte, text that exactly fills the cap is whole, not cut.
+        let exact = [&[0xFFu8][..], &vec![b'a'; READ_CAP - 3]].concat();
+        let c = to_content(&exact);
+        assert_eq!((c.text.len(), c.used, c.cut, c.lossy), (READ_CAP, exact.len(), false, true));
+        // ... and a character that would cross the cap is left for the next page.
+        let crossing = [&[0xFFu8][..], &vec![b'a'; READ_CAP - 5], "€".as_bytes()].concat();
+        let c = to_content(&crossing);
+        assert_eq!((c.text.len(), c.used, c.cut), (READ_CAP - 2, crossing.len() - 3, true));
+        // Replacement characters that would not fit are not added.
+        let c = to_content(&[&vec![b'a'; READ_CAP - 2][..], &[0xFF]].concat());
+        assert_eq!((c.text.len(), c.used, c.cut), (READ_CAP - 2, READ_CAP - 2, true));
     }
 
     #[test]
@@ -742,7 +763,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(48))]
+        #![proptest_config(ProptestConfig::with_cases(crate::test_cases(48)))]
         #[test]
         fn cursor_rule_reads_every_byte_once(
             data in long_lines_strategy(),
