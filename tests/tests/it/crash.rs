@@ -3,7 +3,6 @@
 //! be repeated. The server runs in a child process: this test binary started again in
 //! `child_server` mode.
 
-use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
