@@ -34,6 +34,11 @@ pub fn count_lines(data: &[u8]) -> u64 {
     newlines + u64::from(!data.is_empty() && !data.ends_with(b"\n"))
 }
 
+/// Checks a namespace name: `[a-z0-9_.-]{1,64}`, the same rule as label keys.
+pub fn valid_namespace(ns: &str) -> bool {
+    valid_label_key(ns)
+}
+
 /// Checks a label key against `[a-z0-9_.-]{1,64}`.
 pub fn valid_label_key(key: &str) -> bool {
     (1..=64).contains(&key.len())

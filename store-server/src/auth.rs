@@ -72,30 +72,6 @@ impl NamespaceSlot {
     }
 }
 
-/// Most tokens kept; the cache is emptied when it is full.
-const TOKEN_CACHE_MAX: usize = 10_000;
-
-/// Tokens recently found in the database, by hash.
-#[derive(Debug, Default)]
-pub struct TokenCache {
-    map: std::sync::Mutex<std::collections::HashMap<String, (Caller, std::time::Instant)>>,
-}
-
-impl TokenCache {
-    fn get(&self, hash: &str, ttl: std::time::Duration) -> Option<Caller> {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(hash).filter(|(_, at)| at.elapsed() < ttl).map(|(c, _)| c.clone())
-    }
-
-    fn put(&self, hash: String, caller: Caller) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= TOKEN_CACHE_MAX {
-            map.clear();
-        }
-        map.insert(hash, (caller, std::time::Instant::now()));
-    }
-}
-
 /// Hex SHA-256 of a token, the form stored.
 pub fn hash_token(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
@@ -111,7 +87,7 @@ pub fn new_token() -> String {
 /// Creates a token for `namespace` with `scopes` and returns it (the only time it is seen).
 pub async fn create_token(db: &crate::db::Db, namespace: &str, scopes: &[Scope], now: i64) -> anyhow::Result<String> {
     anyhow::ensure!(
-        crate::routes::valid_namespace(namespace),
+        spillway_api::valid_namespace(namespace),
         "invalid namespace {namespace:?}: use [a-z0-9_.-]{{1,64}}"
     );
     anyhow::ensure!(!scopes.is_empty(), "a token needs at least one scope");
@@ -139,8 +115,8 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiErro
         .and_then(bearer)
         .ok_or(ApiError::Unauthorized("malformed Authorization header: expected Bearer <token>"))?;
     let hash = hash_token(token);
-    if let Some(caller) = state.token_cache.get(&hash, state.config.token_cache_ttl) {
-        return Ok(caller);
+    if let Some((namespace, scopes)) = state.token_cache.get(&hash, state.config.token_cache_ttl) {
+        return Ok(Caller { namespace, scopes });
     }
     let row = state.db.find_token(&hash).await?.ok_or(ApiError::Unauthorized("unknown token"))?;
     // Marked used at most once per cache period per replica: no write per request.
@@ -151,7 +127,7 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiErro
         }
     });
     let caller = Caller { namespace: row.namespace, scopes: row.scopes };
-    state.token_cache.put(hash, caller.clone());
+    state.token_cache.put(hash, caller.namespace.clone(), caller.scopes.clone());
     Ok(caller)
 }
 

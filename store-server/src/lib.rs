@@ -16,6 +16,9 @@ pub mod retention;
 pub mod routes;
 pub mod server;
 pub mod state;
+pub mod store;
+#[cfg(test)]
+mod structure;
 #[cfg(feature = "testing")]
 pub mod testing;
 #[cfg(feature = "testing")]

@@ -29,7 +29,7 @@ pub struct AppState {
     /// Visibility answers of this process, for the embedded (single-server) backend only.
     pub visibility: Arc<VisibilityCache>,
     /// Recently seen tokens, so that a request costs no database round trip to authenticate.
-    pub token_cache: Arc<crate::auth::TokenCache>,
+    pub token_cache: Arc<TokenCache>,
     /// Space kept back for deletes on a full disk (embedded store only).
     pub reserve: Arc<crate::reserve::Reserve>,
     /// How often uploads met retention deleting the same content (tests show the branches run).
@@ -56,6 +56,35 @@ impl AppState {
     /// Now, in milliseconds.
     pub fn now(&self) -> i64 {
         self.clock.now_ms()
+    }
+}
+
+/// Most tokens kept; the cache is emptied when it is full.
+const TOKEN_CACHE_MAX: usize = 10_000;
+
+/// A checked token: its namespace, its scopes, and when it was checked.
+type CheckedToken = (String, Vec<String>, std::time::Instant);
+
+/// Tokens recently found in the database, by hash.
+#[derive(Debug, Default)]
+pub struct TokenCache {
+    map: Mutex<HashMap<String, CheckedToken>>,
+}
+
+impl TokenCache {
+    /// The namespace and scopes of a token checked less than `ttl` ago.
+    pub fn get(&self, hash: &str, ttl: std::time::Duration) -> Option<(String, Vec<String>)> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(hash).filter(|(_, _, at)| at.elapsed() < ttl).map(|(ns, scopes, _)| (ns.clone(), scopes.clone()))
+    }
+
+    /// Remembers a token just checked.
+    pub fn put(&self, hash: String, namespace: String, scopes: Vec<String>) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= TOKEN_CACHE_MAX {
+            map.clear();
+        }
+        map.insert(hash, (namespace, scopes, std::time::Instant::now()));
     }
 }
 

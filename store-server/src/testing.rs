@@ -11,15 +11,10 @@ use crate::auth::{create_token, Scope};
 use crate::clock::ManualClock;
 use crate::{AppState, Config};
 
-pub use crate::testing_backend::serve_s3;
+pub use crate::testing_backend::{is_remote, serve_s3};
 
 /// Every scope.
 pub const ALL: &[Scope] = &[Scope::Read, Scope::Write, Scope::Admin];
-
-/// True when the suite runs on PostgreSQL + S3.
-pub fn is_remote() -> bool {
-    std::env::var("SPILLWAY_TEST_BACKEND").is_ok_and(|v| v == "postgres-s3")
-}
 
 /// The configuration of a server of this test run's backend, with its data under `data_dir`
 /// (a fresh database and bucket on PostgreSQL + S3).

@@ -19,6 +19,11 @@ struct S3Server {
 
 static S3: OnceLock<S3Server> = OnceLock::new();
 
+/// True when the suite runs on PostgreSQL + S3.
+pub fn is_remote() -> bool {
+    std::env::var("SPILLWAY_TEST_BACKEND").is_ok_and(|v| v == "postgres-s3")
+}
+
 /// The process's S3 test server, started on first use on a thread of its own (each test has
 /// its own runtime; the server must outlive them all).
 fn s3_server() -> &'static S3Server {
@@ -62,7 +67,7 @@ pub async fn serve_s3(listener: tokio::net::TcpListener, root: std::path::PathBu
 
 /// Points `config` at the backends of this test run.
 pub(crate) async fn configure(config: &mut Config) {
-    if !crate::testing::is_remote() {
+    if !is_remote() {
         return;
     }
     let admin = std::env::var("SPILLWAY_TEST_DATABASE_URL")

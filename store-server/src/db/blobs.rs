@@ -8,7 +8,7 @@ use spillway_api::Labels;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
-use super::{to_i64, Db};
+use super::pool::{to_i64, Db};
 
 /// A stored blob.
 #[derive(Debug, Clone)]

@@ -5,7 +5,7 @@
 
 use sqlx::Row;
 
-use super::{Backend, Db};
+use super::pool::{Backend, Db};
 
 impl Db {
     fn skip_locked(&self) -> &'static str {

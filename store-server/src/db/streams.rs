@@ -7,7 +7,7 @@ use spillway_api::StreamState;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{to_i64, Db};
+use super::pool::{to_i64, Db};
 use spillway_api::paging::lines::Checkpoint;
 
 /// A stream as stored.

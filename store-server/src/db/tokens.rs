@@ -2,7 +2,7 @@
 
 use sqlx::Row;
 
-use super::Db;
+use super::pool::Db;
 
 /// What a token grants.
 #[derive(Debug, Clone)]

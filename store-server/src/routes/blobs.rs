@@ -1,7 +1,5 @@
 //! `/v1/blobs`: upload, head, download with Range, pin, delete.
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -10,40 +8,14 @@ use axum::Json;
 use futures::TryStreamExt;
 use spillway_api::{AnyDigest, BlobRecord, PinRequest};
 
-use super::{parse_digest, RefOptions, Q};
+use super::extract::{json_object_body, parse_digest, RefOptions, Q};
 use crate::auth::{Caller, Scope};
 use crate::clock::rfc3339;
 use crate::db::{AddRef, BlobRow, NewRef};
 use crate::error::{is_storage_full, ApiError, ApiResult};
 use crate::state::AppState;
+use crate::store::{blob_digest, visible};
 use crate::upload::{self, RefSpec};
-
-/// Resolves a digest in the caller's namespace, or `404` exactly as if it did not exist.
-pub(super) async fn visible(state: &AppState, ns: &str, d: &AnyDigest) -> ApiResult<Arc<BlobRow>> {
-    let now = state.now();
-    let not_found = || ApiError::NotFound(format!("blob {d}"));
-    let hex = match d {
-        AnyDigest::Blake3(b) => b.hex(),
-        AnyDigest::Sha256(s) => {
-            let row = state.db.visible_blob_by_sha256(ns, &hex::encode(s.as_bytes()), now).await?;
-            return row.map(Arc::new).ok_or_else(not_found);
-        }
-    };
-    if !state.visibility.visible(ns, &hex, now) {
-        let until = state.db.visible_until(ns, &hex, now).await?.ok_or_else(not_found)?;
-        state.visibility.remember(ns, &hex, until);
-    }
-    if let Some(row) = state.blob_rows.get(&hex) {
-        return Ok(row);
-    }
-    let row = Arc::new(state.db.blob_row(&hex).await?.ok_or_else(not_found)?);
-    state.blob_rows.put(row.clone());
-    Ok(row)
-}
-
-pub(super) fn blob_digest(row: &BlobRow) -> ApiResult<spillway_api::Digest> {
-    format!("blake3:{}", row.digest).parse().map_err(ApiError::internal)
-}
 
 fn check_length(headers: &HeaderMap, state: &AppState) -> ApiResult<()> {
     let max = state.config.max_blob_bytes;
@@ -232,8 +204,7 @@ pub(super) async fn pin_blob(
 ) -> ApiResult<Json<BlobRecord>> {
     caller.require(Scope::Admin)?;
     let d = parse_digest(&raw)?;
-    let req: PinRequest =
-        super::json_object_body(&body, "pin body must be a JSON object like {\"reason\": \"INC-42\"}")?;
+    let req: PinRequest = json_object_body(&body, "pin body must be a JSON object like {\"reason\": \"INC-42\"}")?;
     let now = state.now();
     let expires_at = match req.until {
         None => None,

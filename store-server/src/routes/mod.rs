@@ -2,8 +2,10 @@
 //! `db`, `blobs` or `upload`, and answer; they build neither SQL nor storage keys.
 
 mod blobs;
+mod extract;
 mod openapi;
 mod ops;
+mod query;
 mod read;
 mod refs;
 mod streams;
@@ -11,20 +13,19 @@ mod streams;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Query, Request};
-use axum::http::request::Parts;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use serde::de::DeserializeOwned;
-use spillway_api::{AnyDigest, ErrorCode, Labels, MAX_LABELS, MAX_LABEL_VALUE};
+use spillway_api::ErrorCode;
 use tower_http::trace::TraceLayer;
 
 use crate::error::ApiError;
 use crate::state::AppState;
 
-pub use ops::{install_metrics, ApiDoc};
+pub use openapi::ApiDoc;
+pub use ops::install_metrics;
 
 /// The whole service: every `/v1` route plus the operations endpoints.
 pub fn router(state: AppState) -> Router {
@@ -185,117 +186,4 @@ async fn track(mut req: Request, next: Next) -> Response {
     metrics::histogram!("spillway_http_request_duration_seconds", "method" => method, "route" => route)
         .record(elapsed.as_secs_f64());
     resp
-}
-
-/// `Query` whose failures are the contract's `400 invalid_argument`.
-#[derive(Debug)]
-pub struct Q<T>(pub T);
-
-/// Refuses a query whose parameters do not decode to UTF-8 (serde would replace the bad bytes
-/// silently, so a label value or a pattern would not be what the caller sent).
-fn check_query_utf8(query: &str) -> Result<(), ApiError> {
-    // Only escapes can make invalid UTF-8 (`+` is a space, plain ASCII).
-    for part in query.split(['&', '=']).filter(|p| p.contains('%')) {
-        if percent_encoding::percent_decode_str(part).decode_utf8().is_err() {
-            return Err(ApiError::InvalidArgument(format!("query parameter {part:?} is not valid UTF-8")));
-        }
-    }
-    Ok(())
-}
-
-impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Q<T> {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        check_query_utf8(parts.uri.query().unwrap_or_default())?;
-        Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|Query(v)| Q(v))
-            .map_err(|e| ApiError::InvalidArgument(e.body_text()))
-    }
-}
-
-/// An optional JSON object body: empty (or `null`) means the defaults; anything but an object
-/// (an array, which serde would take field by field, a string) is `400 invalid_argument`.
-pub fn json_object_body<T: DeserializeOwned + Default>(body: &[u8], what: &str) -> Result<T, ApiError> {
-    let text = body.trim_ascii();
-    if text.is_empty() || text == b"null" {
-        return Ok(T::default());
-    }
-    if !text.starts_with(b"{") {
-        return Err(ApiError::InvalidArgument(what.to_owned()));
-    }
-    serde_json::from_slice(text).map_err(|e| ApiError::InvalidArgument(format!("{what}: {e}")))
-}
-
-/// Parses a digest from the URL: `400 invalid_digest` for anything not canonical.
-pub fn parse_digest(raw: &str) -> Result<AnyDigest, ApiError> {
-    Ok(raw.parse::<AnyDigest>()?)
-}
-
-/// `[a-z0-9_.-]{1,64}`, the same rule as label keys.
-pub fn valid_namespace(ns: &str) -> bool {
-    spillway_api::valid_label_key(ns)
-}
-
-/// Options of an upload or a new stream: `ttl`, `label.*` and, for streams, `max_bytes`.
-#[derive(Debug, Default)]
-pub struct RefOptions {
-    /// Seconds, if given.
-    pub ttl: Option<u64>,
-    /// Labels.
-    pub labels: Labels,
-    /// Stream cap, if given.
-    pub max_bytes: Option<u64>,
-}
-
-fn parse_u64(name: &str, v: &str) -> Result<u64, ApiError> {
-    v.parse().map_err(|_| ApiError::InvalidArgument(format!("{name} must be a non-negative integer, got {v:?}")))
-}
-
-impl RefOptions {
-    /// Parses the query pairs. Parameters it does not know are ignored, as S3 and HTTP APIs at
-    /// large do; the ones it knows are checked strictly.
-    pub fn parse(pairs: Vec<(String, String)>, allow_max_bytes: bool) -> Result<Self, ApiError> {
-        let mut out = Self::default();
-        for (k, v) in pairs {
-            if let Some(key) = k.strip_prefix("label.") {
-                if !spillway_api::valid_label_key(key) {
-                    return Err(ApiError::InvalidArgument(format!(
-                        "invalid label key {key:?}: use [a-z0-9_.-]{{1,64}}"
-                    )));
-                }
-                if v.len() > MAX_LABEL_VALUE {
-                    return Err(ApiError::InvalidArgument(format!(
-                        "label {key} is {} bytes; the most is {MAX_LABEL_VALUE}",
-                        v.len()
-                    )));
-                }
-                if out.labels.insert(key.to_owned(), v).is_some() {
-                    return Err(ApiError::InvalidArgument(format!("label {key} is given twice")));
-                }
-                if out.labels.len() > MAX_LABELS {
-                    return Err(ApiError::InvalidArgument(format!("at most {MAX_LABELS} labels")));
-                }
-            } else if k == "ttl" {
-                let ttl = parse_u64("ttl", &v)?;
-                if ttl == 0 {
-                    return Err(ApiError::InvalidArgument("ttl must be at least 1 second".into()));
-                }
-                out.ttl = Some(ttl);
-            } else if k == "max_bytes" && allow_max_bytes {
-                out.max_bytes = Some(parse_u64("max_bytes", &v)?);
-            }
-        }
-        Ok(out)
-    }
-
-    /// The TTL in milliseconds after checking it against the server's maximum.
-    pub fn ttl_ms(&self, config: &crate::config::Config) -> Result<i64, ApiError> {
-        let max = config.max_ttl.as_secs();
-        let ttl = self.ttl.unwrap_or(config.default_ttl.as_secs());
-        if ttl > max {
-            return Err(ApiError::InvalidArgument(format!("ttl {ttl} is over the server's maximum of {max} seconds")));
-        }
-        Ok((ttl as i64).saturating_mul(1000))
-    }
 }

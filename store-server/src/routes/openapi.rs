@@ -9,7 +9,30 @@ use std::sync::OnceLock;
 use serde_json::{json, Map, Value};
 use utoipa::OpenApi;
 
-use super::ops::ApiDoc;
+/// The OpenAPI 3 description of every `/v1` route, generated from the handlers.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Spillway store", description = "Content-addressed spill store for AI agents' tool outputs"),
+    paths(
+        super::blobs::put_blob,
+        super::blobs::post_blob,
+        super::blobs::head_blob,
+        super::blobs::get_blob,
+        super::blobs::pin_blob,
+        super::blobs::unpin_blob,
+        super::blobs::delete_blob,
+        super::read::read_blob,
+        super::read::grep_blob,
+        super::refs::list_refs,
+        super::streams::create_stream,
+        super::streams::get_stream,
+        super::streams::append_stream,
+        super::streams::read_stream,
+        super::streams::seal_stream,
+    ),
+    components(schemas(spillway_api::ErrorBody, spillway_api::ErrorCode, spillway_api::ErrorDetail))
+)]
+pub struct ApiDoc;
 
 /// Labels documented by name; any `label.<key>` (key `[a-z0-9_.-]{1,64}`) works the same way.
 const DOCUMENTED_LABELS: &[(&str, &str)] = &[

@@ -8,34 +8,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use utoipa::OpenApi;
 
 use crate::state::AppState;
-
-/// The OpenAPI 3 description of every `/v1` route, generated from the handlers.
-#[derive(OpenApi)]
-#[openapi(
-    info(title = "Spillway store", description = "Content-addressed spill store for AI agents' tool outputs"),
-    paths(
-        super::blobs::put_blob,
-        super::blobs::post_blob,
-        super::blobs::head_blob,
-        super::blobs::get_blob,
-        super::blobs::pin_blob,
-        super::blobs::unpin_blob,
-        super::blobs::delete_blob,
-        super::read::read_blob,
-        super::read::grep_blob,
-        super::refs::list_refs,
-        super::streams::create_stream,
-        super::streams::get_stream,
-        super::streams::append_stream,
-        super::streams::read_stream,
-        super::streams::seal_stream,
-    ),
-    components(schemas(spillway_api::ErrorBody, spillway_api::ErrorCode, spillway_api::ErrorDetail))
-)]
-pub struct ApiDoc;
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 

@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::Json;
 use spillway_api::{Labels, RefEntry, RefList};
 
-use super::Q;
+use super::extract::Q;
 use crate::auth::{Caller, Scope};
 use crate::clock::rfc3339;
 use crate::error::{ApiError, ApiResult};

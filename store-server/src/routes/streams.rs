@@ -15,13 +15,14 @@ use spillway_api::{
     AppendResponse, BlobRecord, Labels, ReadPage, SealRequest, StreamCreated, StreamInfo, StreamState, MAX_WAIT_MS,
 };
 
-use super::read::{page_of, BlobSource, Position, ReadQuery};
-use super::{RefOptions, Q};
+use super::extract::{json_object_body, RefOptions, Q};
+use super::query::{page_of, Position, ReadQuery};
 use crate::auth::{Caller, Scope};
 use crate::db::{AppendOutcome, Db, StreamRow};
 use crate::error::{src_err, ApiError, ApiResult};
 use crate::json::PageJson;
 use crate::state::AppState;
+use crate::store::BlobSource;
 use crate::upload::{self, RefSpec};
 use spillway_api::paging::lines::Checkpoint;
 use spillway_api::paging::{PageResult, Source};
@@ -60,7 +61,7 @@ fn info(row: &StreamRow) -> StreamInfo {
 /// The seal's optional body: empty, or `{"exit_code": N|null, "signal": "TERM"|null}`.
 fn parse_seal(body: &[u8]) -> ApiResult<SealRequest> {
     let req: SealRequest =
-        super::json_object_body(body, "seal body must be a JSON object like {\"exit_code\": 0, \"signal\": null}")?;
+        json_object_body(body, "seal body must be a JSON object like {\"exit_code\": 0, \"signal\": null}")?;
     if let Some(sig) = &req.signal {
         if sig.is_empty() || sig.len() > 16 || !sig.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) {
             return Err(ApiError::InvalidArgument(format!("signal must be a name like TERM or KILL, got {sig:?}")));

@@ -1,0 +1,72 @@
+//! The query of the capped read API, shared by blob and stream reads, and the read it asks for.
+
+use serde::Deserialize;
+use spillway_api::paging::{self as page, Source};
+use spillway_api::{ReadPage, DEFAULT_PAGE_LINES, READ_CAP};
+
+use crate::error::{ApiError, ApiResult};
+
+/// Query of the capped read API.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ReadQuery {
+    /// Byte page start.
+    offset: Option<u64>,
+    /// Byte page length (capped at 100,000).
+    limit: Option<u64>,
+    /// Line page start, 1-based.
+    line: Option<u64>,
+    /// Lines in a line page (default 2000).
+    lines: Option<u64>,
+    /// Streams only: long-poll this many milliseconds (≤ 30000) for data.
+    wait_ms: Option<u64>,
+}
+
+impl ReadQuery {
+    /// The byte position a long-poll waits to be passed.
+    /// The position a long-poll waits for data at: a byte offset, or a 1-based line.
+    pub(crate) fn wants_after(&self) -> Position {
+        match self.line.or(self.lines.map(|_| 1)) {
+            Some(line) => Position::Line(line),
+            None => Position::Byte(self.offset.unwrap_or(0)),
+        }
+    }
+
+    pub(crate) fn wait_ms(&self) -> Option<u64> {
+        self.wait_ms
+    }
+
+    /// Checks what does not depend on the source, before any waiting.
+    pub(crate) fn check(&self) -> ApiResult<()> {
+        if self.offset.or(self.limit).is_some() && self.line.or(self.lines).is_some() {
+            return Err(ApiError::InvalidArgument("use offset/limit or line/lines, not both".into()));
+        }
+        if self.line == Some(0) || self.lines == Some(0) {
+            return Err(ApiError::InvalidArgument("line and lines start at 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Where a read starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Position {
+    /// A byte offset.
+    Byte(u64),
+    /// A 1-based line.
+    Line(u64),
+}
+
+/// Runs a read over any source.
+pub(crate) async fn page_of(src: &dyn Source, q: &ReadQuery) -> ApiResult<ReadPage> {
+    let page = match (q.offset.or(q.limit.map(|_| 0)), q.line.or(q.lines.map(|_| 1))) {
+        (Some(_), Some(_)) => return Err(ApiError::InvalidArgument("use offset/limit or line/lines, not both".into())),
+        (_, Some(line)) => page::line_page(src, line, q.lines.unwrap_or(DEFAULT_PAGE_LINES)).await?,
+        (offset, None) => page::byte_page(src, offset.unwrap_or(0), q.limit.unwrap_or(READ_CAP as u64)).await?,
+    };
+    if page.capped {
+        metrics::counter!("spillway_read_capped_total").increment(1);
+    }
+    metrics::counter!("spillway_bytes_out_total").increment(page.length);
+    Ok(page)
+}

@@ -1,0 +1,91 @@
+//! The service layer's first piece: what more than one handler needs to reach a blob —
+//! visibility in a namespace (with its caches) and a stored blob as a paging source. Handlers
+//! call it; they never import each other.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use spillway_api::paging::lines::{Checkpoint, LineIndex};
+use spillway_api::paging::{PageResult, Source};
+use spillway_api::{AnyDigest, Digest};
+
+use crate::blobs::BlobStore;
+use crate::db::BlobRow;
+use crate::error::{src_err, ApiError, ApiResult};
+use crate::state::AppState;
+
+/// Resolves a digest in the caller's namespace, or `404` exactly as if it did not exist.
+pub async fn visible(state: &AppState, ns: &str, d: &AnyDigest) -> ApiResult<Arc<BlobRow>> {
+    let now = state.now();
+    let not_found = || ApiError::NotFound(format!("blob {d}"));
+    let hex = match d {
+        AnyDigest::Blake3(b) => b.hex(),
+        AnyDigest::Sha256(s) => {
+            let row = state.db.visible_blob_by_sha256(ns, &hex::encode(s.as_bytes()), now).await?;
+            return row.map(Arc::new).ok_or_else(not_found);
+        }
+    };
+    if !state.visibility.visible(ns, &hex, now) {
+        let until = state.db.visible_until(ns, &hex, now).await?.ok_or_else(not_found)?;
+        state.visibility.remember(ns, &hex, until);
+    }
+    if let Some(row) = state.blob_rows.get(&hex) {
+        return Ok(row);
+    }
+    let row = Arc::new(state.db.blob_row(&hex).await?.ok_or_else(not_found)?);
+    state.blob_rows.put(row.clone());
+    Ok(row)
+}
+
+pub fn blob_digest(row: &BlobRow) -> ApiResult<spillway_api::Digest> {
+    format!("blake3:{}", row.digest).parse().map_err(ApiError::internal)
+}
+
+/// A stored blob as a read source.
+pub struct BlobSource {
+    pub blobs: BlobStore,
+    pub digest: Digest,
+    pub size: u64,
+    pub lines: u64,
+    pub index: LineIndex,
+    pub inline: Option<Bytes>,
+}
+
+impl BlobSource {
+    pub fn new(state: &AppState, row: &BlobRow) -> ApiResult<Self> {
+        Ok(Self {
+            blobs: state.blobs.clone(),
+            digest: blob_digest(row)?,
+            size: row.size,
+            lines: row.lines,
+            index: LineIndex::decode(&row.line_index),
+            inline: row.inline_data.clone().map(Bytes::from),
+        })
+    }
+}
+
+#[async_trait]
+impl Source for BlobSource {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn total_lines(&self) -> u64 {
+        self.lines
+    }
+    fn digest(&self) -> Option<String> {
+        Some(self.digest.to_string())
+    }
+    async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint> {
+        Ok(self.index.for_offset(offset))
+    }
+    async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint> {
+        Ok(self.index.for_line(line))
+    }
+    async fn read(&self, start: u64, end: u64) -> PageResult<Bytes> {
+        if let Some(data) = &self.inline {
+            return Ok(data.slice(start as usize..end as usize));
+        }
+        src_err(self.blobs.get_range(&self.digest, start..end).await)
+    }
+}
