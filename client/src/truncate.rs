@@ -105,7 +105,8 @@ fn text_within(bytes: &[u8], max: usize) -> (String, usize) {
         if text.len() <= max {
             return (text.into_owned(), used);
         }
-        used -= (text.len() - max).min(used);
+        // Each raw byte makes at most three bytes of text (U+FFFD): drop a third of the excess.
+        used -= (text.len() - max).div_ceil(3).min(used);
     }
 }
 
@@ -393,6 +394,28 @@ mod tests {
         let p = preview(&Sample::whole(&[b'a', 0xC0]), 200, super::Strategy::default()).unwrap();
         assert_eq!((p.text.as_str(), p.truncated), ("a\u{FFFD}", false));
         assert_eq!(p.shown, vec![ShownRange { offset: 0, length: 2 }]);
+    }
+
+    #[test]
+    fn text_within_keeps_the_longest_prefix_that_fits() {
+        // Every invalid byte becomes three: 300 bytes of room hold 100 of them.
+        let (text, used) = text_within(&[0xFF; 1000], 300);
+        assert_eq!((text.len(), used), (300, 100));
+        let (text, used) = text_within("é".repeat(100).as_bytes(), 101);
+        assert_eq!((text.len(), used), (100, 100), "never half a character");
+    }
+
+    #[test]
+    fn a_streamed_sample_keeps_its_head_and_its_tail() {
+        // What capture keeps of a long output: 6 bytes of head, 6 of tail, 1,000 in all.
+        let s = Sample { head: b"first\n", tail: b"last!\n", tail_offset: 994, total: 1_000, total_lines: 100 };
+        assert!(!s.is_whole());
+        let p = preview(&s, 200, super::Strategy::HeadTail { tail_share: 0.5 }).unwrap();
+        assert!(p.truncated);
+        assert!(p.text.starts_with("first\n") && p.text.ends_with("last!\n"), "{:?}", p.text);
+        assert!(p.text.contains("[... 988 bytes (98 lines) omitted ...]"), "{:?}", p.text);
+        assert_eq!(p.shown, vec![ShownRange { offset: 0, length: 6 }, ShownRange { offset: 994, length: 6 }]);
+        assert!(preview(&s, 200, super::Strategy::Reject).is_err(), "a partial sample is never sent whole");
     }
 
     #[test]
