@@ -88,7 +88,7 @@ pub struct Staged {
     pub lines: u64,
     /// Checkpoints for line pages.
     pub index: LineIndex,
-    tmp: Tmp,
+    tmp: TmpGuard,
 }
 
 #[derive(Debug)]
@@ -98,10 +98,43 @@ enum Tmp {
     Inline(Bytes),
 }
 
+/// Staged bytes under a temporary name, removed when the guard goes — on every path: a
+/// failed upload, a dropped request, a published one (its final name is a link or a copy).
+struct TmpGuard {
+    tmp: Tmp,
+    store: Arc<dyn ObjectStore>,
+}
+
+impl std::fmt::Debug for TmpGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.tmp.fmt(f)
+    }
+}
+
+impl Drop for TmpGuard {
+    fn drop(&mut self) {
+        match &self.tmp {
+            // Unlinking is one quick system call; an open writer keeps its inode until it closes.
+            Tmp::Local(p) => {
+                let _ = std::fs::remove_file(p);
+            }
+            Tmp::Object(p) => {
+                let (store, p) = (self.store.clone(), p.clone());
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(async move {
+                        let _ = store.delete(&p).await;
+                    });
+                }
+            }
+            Tmp::Inline(_) => {}
+        }
+    }
+}
+
 impl Staged {
     /// The bytes, when the blob is small enough to be stored inline with its metadata.
     pub fn inline(&self) -> Option<&Bytes> {
-        match &self.tmp {
+        match &self.tmp.tmp {
             Tmp::Inline(b) => Some(b),
             _ => None,
         }
@@ -262,20 +295,21 @@ impl BlobStore {
     }
 
     /// Opens the temporary location of a body that outgrew [`INLINE_MAX`].
-    async fn open_sink(&self, size_hint: Option<u64>) -> Result<(Sink, Tmp), BlobError> {
+    async fn open_sink(&self, size_hint: Option<u64>) -> Result<(Sink, TmpGuard), BlobError> {
         let id = uuid::Uuid::new_v4().simple().to_string();
+        let guard = |tmp| TmpGuard { tmp, store: self.store.clone() };
         Ok(match &self.local_root {
             Some(root) => {
                 let path = root.join("tmp").join(&id);
                 let file = tokio::fs::File::create(&path).await?;
                 let capacity =
                     size_hint.map_or(LOCAL_WRITE_BUFFER, |n| (n as usize).clamp(64 << 10, LOCAL_WRITE_BUFFER));
-                (Sink::Local(tokio::io::BufWriter::with_capacity(capacity, file)), Tmp::Local(path))
+                (Sink::Local(tokio::io::BufWriter::with_capacity(capacity, file)), guard(Tmp::Local(path)))
             }
             None => {
                 let path = Path::from(format!("tmp/{id}"));
                 let w = object_store::buffered::BufWriter::new(self.store.clone(), path.clone());
-                (Sink::Object(w), Tmp::Object(path))
+                (Sink::Object(w), guard(Tmp::Object(path)))
             }
         })
     }
@@ -283,7 +317,7 @@ impl BlobStore {
     /// Receives a body while hashing it. A body of at most [`INLINE_MAX`] bytes stays in
     /// memory (it is stored inline with its metadata, in the same commit); a larger one goes
     /// to a temporary location. Nothing is visible under a content key until
-    /// [`BlobStore::publish`]; the caller must [`BlobStore::discard`] after.
+    /// [`BlobStore::publish`]; the temporary copy goes when the `Staged` is dropped.
     pub async fn stage<S, E>(&self, body: S, max: u64, size_hint: Option<u64>) -> Result<Staged, BlobError>
     where
         S: Stream<Item = Result<Bytes, E>> + Send,
@@ -294,7 +328,7 @@ impl BlobStore {
         let mut sha = ShaHasher::Inline(Sha256::new());
         let mut index = LineIndexBuilder::default();
         let mut memory = BytesMut::new();
-        let mut spilled: Option<(Sink, Tmp)> = None;
+        let mut spilled: Option<(Sink, TmpGuard)> = None;
         let received: Result<(), BlobError> = async {
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(|e| BlobError::Body(e.to_string()))?;
@@ -310,7 +344,10 @@ impl BlobStore {
                         let (mut sink, tmp) = self.open_sink(size_hint).await?;
                         spilled = Some(match sink.write(&memory).await {
                             Ok(()) => (sink, tmp),
-                            Err(e) => return Err(self.fail(sink, tmp, e).await),
+                            Err(e) => {
+                                sink.abort().await;
+                                return Err(e);
+                            }
                         });
                         memory = BytesMut::new();
                         if let Some((sink, _)) = &mut spilled {
@@ -327,18 +364,18 @@ impl BlobStore {
             Ok(()) => sha.finish().await,
             Err(e) => Err(e),
         };
+        // On every error the guard removes what was staged.
         let tmp = match (sha256.as_ref(), spilled) {
-            (Err(_), Some((sink, tmp))) => {
+            (Err(_), Some((sink, _tmp))) => {
                 sink.abort().await;
-                self.remove_tmp(tmp).await;
                 None
             }
             (Err(_), None) => None,
-            (Ok(_), None) => Some(Tmp::Inline(memory.freeze())),
-            (Ok(_), Some((sink, tmp))) => match sink.finish().await {
-                Ok(()) => Some(tmp),
-                Err(e) => return Err(self.fail_tmp(tmp, e).await),
-            },
+            (Ok(_), None) => Some(TmpGuard { tmp: Tmp::Inline(memory.freeze()), store: self.store.clone() }),
+            (Ok(_), Some((sink, tmp))) => {
+                sink.finish().await?;
+                Some(tmp)
+            }
         };
         let sha256 = sha256?;
         let tmp = tmp.ok_or_else(|| BlobError::Storage("staging lost its data".into()))?;
@@ -352,33 +389,11 @@ impl BlobStore {
         })
     }
 
-    async fn fail(&self, sink: Sink, tmp: Tmp, err: BlobError) -> BlobError {
-        sink.abort().await;
-        self.fail_tmp(tmp, err).await
-    }
-
-    async fn fail_tmp(&self, tmp: Tmp, err: BlobError) -> BlobError {
-        self.remove_tmp(tmp).await;
-        err
-    }
-
-    async fn remove_tmp(&self, tmp: Tmp) {
-        match tmp {
-            Tmp::Local(p) => {
-                let _ = tokio::fs::remove_file(p).await;
-            }
-            Tmp::Object(p) => {
-                let _ = self.store.delete(&p).await;
-            }
-            Tmp::Inline(_) => {}
-        }
-    }
-
     /// Makes staged bytes readable under their content key. Idempotent: publishing bytes that
     /// are already there (a concurrent identical upload) succeeds.
     pub async fn publish(&self, staged: &Staged) -> Result<(), BlobError> {
         let key = blob_key(&staged.digest);
-        match (&staged.tmp, &self.local_root) {
+        match (&staged.tmp.tmp, &self.local_root) {
             (Tmp::Local(tmp), Some(root)) => {
                 let dest = root.join(key.as_ref());
                 match tokio::fs::hard_link(tmp, &dest).await {
@@ -396,11 +411,6 @@ impl BlobStore {
             (Tmp::Local(_), None) => return Err(BlobError::Storage("local staging without a root".into())),
         }
         Ok(())
-    }
-
-    /// Removes the temporary copy of staged bytes (published or not).
-    pub async fn discard(&self, staged: Staged) {
-        self.remove_tmp(staged.tmp).await;
     }
 
     /// Bytes `range` of a blob.

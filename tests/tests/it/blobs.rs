@@ -341,3 +341,39 @@ async fn blobs_either_side_of_the_inline_limit_read_back() {
     }
     srv.stop().await;
 }
+
+/// Staged bytes go whatever ends an upload: 20 bodies broken off mid-way (past the inline limit,
+/// so they were being written to a temporary file or object) and 20 that do not match their
+/// digest leave no temporary bytes, on disk or in the bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_uploads_leave_no_staged_bytes() {
+    let srv = TestServer::start().await;
+    let chunk = Bytes::from(vec![b'q'; 256 << 10]);
+    let mut tasks = Vec::new();
+    for i in 0..20u8 {
+        let (c, chunk) = (srv.client(), chunk.clone());
+        tasks.push(tokio::spawn(async move {
+            let body = futures::stream::iter((0..4).map(move |k| {
+                if k < 3 {
+                    Ok(chunk.clone())
+                } else {
+                    Err(std::io::Error::other(format!("upload {i} broken off")))
+                }
+            }));
+            let sent = c.request(Method::POST, "/v1/blobs").body(reqwest::Body::wrap_stream(body)).send().await;
+            assert!(sent.is_err() || !sent.unwrap().status().is_success(), "a broken body is never stored");
+        }));
+        let c = srv.client();
+        tasks.push(tokio::spawn(async move {
+            let wrong = Digest::of(&[i]);
+            let r = c.request(Method::PUT, &format!("/v1/blobs/{wrong}")).body(vec![b'm'; 300 << 10]).send().await;
+            assert_eq!(r.unwrap().status(), StatusCode::BAD_REQUEST);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    eventually("no staged bytes remain", || srv.stored_under("tmp").is_empty()).await;
+    assert!(srv.stored_under("blobs").is_empty(), "nothing was published");
+    srv.stop().await;
+}
