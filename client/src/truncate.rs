@@ -406,6 +406,37 @@ mod tests {
     }
 
     #[test]
+    fn heads_end_at_a_near_newline() {
+        assert_eq!(head_cut(b"aaaa\nbbbb", 7), 5, "the newline is near: cut after it");
+        let early = [&b"a\n"[..], &[b'b'; 100]].concat();
+        assert_eq!(head_cut(&early, 100), 100, "a newline in the first half is not worth the loss");
+        let far = [&[b'a'; 5000][..], b"\n", &[b'b'; 5000]].concat();
+        assert_eq!(head_cut(&far, 9000), 5001, "3,999 bytes back: still near");
+        assert_eq!(head_cut(&far, 9200), 9200, "4,199 bytes back: too far");
+        assert_eq!(head_cut("€€€".as_bytes(), 4), 3, "never half a character");
+        assert_eq!(head_cut(b"abc", 10), 3);
+    }
+
+    #[test]
+    fn tails_start_after_a_near_newline() {
+        assert_eq!(tail_cut(b"aaaa\nbbbb", 7), 5, "start after the newline");
+        assert_eq!(tail_cut(b"aaaa\nbbbb", 3), 6, "no newline in the tail: where the budget says");
+        assert_eq!(tail_cut(b"aaaa\n", 3), 2, "a newline that ends the data is not a start");
+        let far = [&[b'a'; 10][..], &[b'b'; 5000], b"\n", b"end"].concat();
+        assert_eq!(tail_cut(&far, 5004), 10, "the newline is 5,000 bytes in: too far");
+        assert_eq!(tail_cut("€€€".as_bytes(), 4), 6, "never half a character");
+    }
+
+    #[test]
+    fn suffixes_keep_the_longest_end_that_fits() {
+        assert_eq!(suffix_text_within(&[0xFF; 100], 30), ("\u{FFFD}".repeat(10), 90));
+        assert_eq!(suffix_text_within("€€€€".as_bytes(), 7), ("€€".into(), 6));
+        let mixed = [&[0xFFu8; 10][..], b"abc"].concat();
+        assert_eq!(suffix_text_within(&mixed, 6), ("\u{FFFD}abc".into(), 9));
+        assert_eq!(suffix_text_within(b"fits", 4), ("fits".into(), 0));
+    }
+
+    #[test]
     fn a_streamed_sample_keeps_its_head_and_its_tail() {
         // What capture keeps of a long output: 6 bytes of head, 6 of tail, 1,000 in all.
         let s = Sample { head: b"first\n", tail: b"last!\n", tail_offset: 994, total: 1_000, total_lines: 100 };
