@@ -179,7 +179,7 @@ async fn unpin_then_expiry() {
 async fn retention_pages_past_500_rows() {
     let srv = TestServer::start_with(|c| c.retention_grace = Duration::ZERO).await;
     let c = srv.client();
-    let n = 1234;
+    let n = 620; // past one page (500) of references and of blobs
     let uploads = (0..n).map(|i| {
         let c = c.clone();
         async move { c.put(Bytes::from(format!("blob {i}\n")), &ttl(1)).await.unwrap() }
