@@ -29,7 +29,10 @@ pub const INLINE_MAX: usize = 16 << 10;
 const SHA_INLINE_LIMIT: u64 = 256 << 10;
 const LOCAL_WRITE_BUFFER: usize = 1 << 20;
 
-/// What can go wrong with blob bytes.
+/// A failure's cause, kept for the log.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// What can go wrong with blob bytes. Storage failures keep their cause.
 #[derive(Debug, thiserror::Error)]
 pub enum BlobError {
     /// The body passed the size limit.
@@ -39,22 +42,46 @@ pub enum BlobError {
     #[error("reading the request body failed: {0}")]
     Body(String),
     /// The disk or quota is full.
-    #[error("storage is full: {0}")]
-    Full(String),
+    #[error("storage is full")]
+    Full(#[source] Cause),
     /// The object is not there.
     #[error("object not found")]
     NotFound,
     /// Any other storage failure.
-    #[error("blob storage failed: {0}")]
-    Storage(String),
+    #[error("blob storage failed")]
+    Storage(#[source] Cause),
+}
+
+impl BlobError {
+    /// A storage failure of our own making, described in words.
+    pub fn storage(what: impl Into<String>) -> Self {
+        Self::Storage(what.into().into())
+    }
+}
+
+/// The kind of the first I/O error in a chain of causes: how a full disk is recognised through
+/// the layers of object_store, without reading messages.
+fn io_kind(err: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        cur = e.source();
+    }
+    None
+}
+
+fn is_full(kind: Option<std::io::ErrorKind>) -> bool {
+    matches!(kind, Some(std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded))
 }
 
 impl From<std::io::Error> for BlobError {
     fn from(e: std::io::Error) -> Self {
         match e.kind() {
-            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => Self::Full(e.to_string()),
             std::io::ErrorKind::NotFound => Self::NotFound,
-            _ => Self::Storage(e.to_string()),
+            kind if is_full(Some(kind)) => Self::Full(e.into()),
+            _ => Self::Storage(e.into()),
         }
     }
 }
@@ -63,14 +90,8 @@ impl From<object_store::Error> for BlobError {
     fn from(e: object_store::Error) -> Self {
         match e {
             object_store::Error::NotFound { .. } => Self::NotFound,
-            other => {
-                let text = other.to_string();
-                if text.contains("No space left") || text.contains("Disk quota") {
-                    Self::Full(text)
-                } else {
-                    Self::Storage(text)
-                }
-            }
+            other if is_full(io_kind(&other)) => Self::Full(other.into()),
+            other => Self::Storage(other.into()),
         }
     }
 }
@@ -207,7 +228,7 @@ impl ShaHasher {
             Self::Inline(h) => Ok(h.finalize().into()),
             Self::Thread(tx, task) => {
                 drop(tx);
-                task.await.map_err(|e| BlobError::Storage(e.to_string()))
+                task.await.map_err(|e| BlobError::Storage(e.into()))
             }
         }
     }
@@ -378,7 +399,7 @@ impl BlobStore {
             }
         };
         let sha256 = sha256?;
-        let tmp = tmp.ok_or_else(|| BlobError::Storage("staging lost its data".into()))?;
+        let tmp = tmp.ok_or_else(|| BlobError::storage("staging lost its data"))?;
         Ok(Staged {
             digest: Digest::from_bytes(*hasher.finalize().as_bytes()),
             sha256,
@@ -404,11 +425,11 @@ impl BlobStore {
                 let dir = dest.parent().map(FsPath::to_path_buf).unwrap_or_default();
                 tokio::task::spawn_blocking(move || fsync_dir(&dir))
                     .await
-                    .map_err(|e| BlobError::Storage(e.to_string()))??;
+                    .map_err(|e| BlobError::Storage(e.into()))??;
             }
             (Tmp::Object(tmp), _) => self.store.copy(tmp, &key).await?,
             (Tmp::Inline(_), _) => {} // stored with the metadata row
-            (Tmp::Local(_), None) => return Err(BlobError::Storage("local staging without a root".into())),
+            (Tmp::Local(_), None) => return Err(BlobError::storage("local staging without a root")),
         }
         Ok(())
     }

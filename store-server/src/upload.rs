@@ -41,16 +41,16 @@ impl From<BlobError> for ApiError {
         match e {
             BlobError::TooLarge(max) => ApiError::TooLarge(max),
             BlobError::Body(m) => ApiError::InvalidArgument(m),
-            BlobError::Full(m) => {
-                tracing::error!(cause = %m, "blob storage full");
+            BlobError::Full(cause) => {
+                tracing::error!(cause = %cause, "blob storage full");
                 ApiError::InsufficientStorage
             }
             BlobError::NotFound => {
                 tracing::error!("blob bytes missing from storage");
                 ApiError::Unavailable("the blob's bytes are being replaced; retry".into())
             }
-            BlobError::Storage(m) => {
-                tracing::error!(cause = %m, "blob storage failed");
+            BlobError::Storage(cause) => {
+                tracing::error!(cause = %cause, "blob storage failed");
                 ApiError::Unavailable("blob storage is unavailable; retry".into())
             }
         }
@@ -185,7 +185,16 @@ mod tests {
         assert_eq!(full.into_response().status(), 507);
         let quota = ApiError::from(BlobError::from(std::io::Error::from(std::io::ErrorKind::QuotaExceeded)));
         assert_eq!(quota.into_response().status(), 507);
-        let down = ApiError::from(BlobError::Storage("connection refused".into()));
+        // A full disk seen through object_store's layers is found by the kind of its cause.
+        let wrapped = object_store::Error::Generic {
+            store: "LocalFileSystem",
+            source: Box::new(std::io::Error::new(std::io::ErrorKind::StorageFull, "write failed")),
+        };
+        let full = BlobError::from(wrapped);
+        assert!(matches!(full, BlobError::Full(_)), "{full:?}");
+        assert!(std::error::Error::source(&full).is_some(), "the cause is kept");
+        assert_eq!(ApiError::from(full).into_response().status(), 507);
+        let down = ApiError::from(BlobError::storage("connection refused"));
         assert_eq!(down.into_response().status(), 503);
         assert_eq!(ApiError::from(BlobError::TooLarge(10)).into_response().status(), 413);
     }
