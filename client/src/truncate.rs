@@ -447,6 +447,45 @@ mod tests {
         assert!(p.text.contains("[... 988 bytes (98 lines) omitted ...]"), "{:?}", p.text);
         assert_eq!(p.shown, vec![ShownRange { offset: 0, length: 6 }, ShownRange { offset: 994, length: 6 }]);
         assert!(preview(&s, 200, super::Strategy::Reject).is_err(), "a partial sample is never sent whole");
+        assert_eq!(p.next_line, Some(2), "the head held one whole line");
+        // Numbers as long as they get still fit: the marker's room is kept for its longest form.
+        let huge = Sample { total: 1 << 60, total_lines: 1 << 50, ..s };
+        let p = preview(&huge, 120, super::Strategy::default()).unwrap();
+        assert!(p.text.len() <= 120, "{} bytes: {:?}", p.text.len(), p.text);
+        assert!(p.text.contains("1,152,921,504,606,846,964 bytes"), "{:?}", p.text);
+    }
+
+    #[test]
+    fn thousands_are_grouped() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(123_456), "123,456");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn numbered_lines_fill_the_cap_exactly() {
+        // Each entry is 11 bytes ("     1\tabc\n"); 80 are kept for the footer.
+        let p = preview(&Sample::whole(b"abc\nabc\n"), 11 + 11 + 80, super::Strategy::NumberedLines { first_line: 1 })
+            .unwrap();
+        assert_eq!((p.truncated, p.next_line), (false, None), "two entries fit exactly: {:?}", p.text);
+        let p =
+            preview(&Sample::whole(b"abc\nabc\nabc\n"), 11 + 11 + 80, super::Strategy::NumberedLines { first_line: 1 })
+                .unwrap();
+        assert_eq!((p.truncated, p.next_line), (true, Some(3)));
+        assert_eq!(p.shown, vec![ShownRange { offset: 0, length: 8 }]);
+    }
+
+    #[test]
+    fn a_first_line_over_the_cap_is_shown_in_part() {
+        let line = vec![b'x'; 1000];
+        let p = preview(&Sample::whole(&line), 300, super::Strategy::NumberedLines { first_line: 1 }).unwrap();
+        // 300 − 80 for the footer − 8 for the number: 212 bytes of the line.
+        assert_eq!(p.shown, vec![ShownRange { offset: 0, length: 212 }]);
+        assert!(p.text.starts_with(&format!("     1\t{}\n", "x".repeat(212))), "{:?}", p.text);
+        assert!(p.text.ends_with("[truncated: 788 more bytes; continue from line 2]\n"), "{:?}", p.text);
+        assert_eq!(p.next_line, Some(2));
+        assert!(p.text.len() <= 300);
     }
 
     #[test]
