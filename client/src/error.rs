@@ -26,7 +26,7 @@ pub enum ClientError {
     File {
         /// The file.
         path: PathBuf,
-        /// Why.
+        /// The underlying failure.
         #[source]
         source: std::io::Error,
     },

@@ -46,9 +46,9 @@ impl UploadOptions {
 pub enum ReadRequest {
     /// `offset`, `limit` (server defaults when `None`).
     Bytes {
-        /// Start.
+        /// Byte offset where the page starts.
         offset: u64,
-        /// Length.
+        /// Bytes in the page (at most 100,000); the server's cap when `None`.
         limit: Option<u64>,
     },
     /// `line`, `lines`.

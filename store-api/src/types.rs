@@ -18,7 +18,7 @@ pub struct BlobRecord {
     pub digest: Digest,
     /// `sha256:…` of the same bytes.
     pub sha256: String,
-    /// Bytes.
+    /// Size in bytes.
     pub size: u64,
     /// `\n` count, plus one for a non-empty blob without a final `\n`.
     pub lines: u64,

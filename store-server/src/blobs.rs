@@ -103,9 +103,9 @@ pub struct Staged {
     pub digest: Digest,
     /// SHA-256 of the bytes.
     pub sha256: [u8; 32],
-    /// Bytes.
+    /// Size in bytes.
     pub size: u64,
-    /// Lines.
+    /// Lines, counted as `wc -l` does plus a last line without a newline.
     pub lines: u64,
     /// Checkpoints for line pages.
     pub index: LineIndex,

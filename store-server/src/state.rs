@@ -13,13 +13,13 @@ use crate::db::Db;
 /// Shared by all handlers; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
-    /// Metadata.
+    /// Metadata: blobs, references, streams, tokens (SQLite or PostgreSQL).
     pub db: Db,
     /// Blob bytes.
     pub blobs: BlobStore,
-    /// Settings.
+    /// Settings fixed at start-up.
     pub config: Arc<Config>,
-    /// Time.
+    /// The clock every TTL, grace and lease is measured on (injected in tests).
     pub clock: Arc<dyn Clock>,
     /// Wakes long-polling readers of a stream appended on this replica; readers on other
     /// replicas notice the append by polling the database.

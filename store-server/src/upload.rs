@@ -21,9 +21,9 @@ const DELETING_WAIT: Duration = Duration::from_secs(15);
 /// The reference an upload makes.
 #[derive(Debug, Clone)]
 pub struct RefSpec {
-    /// Namespace.
+    /// The namespace the reference belongs to.
     pub namespace: String,
-    /// Labels.
+    /// Labels of the reference, already checked.
     pub labels: Labels,
     /// `None` pins.
     pub ttl_ms: Option<i64>,

@@ -17,9 +17,9 @@ pub struct BlobRow {
     pub digest: String,
     /// SHA-256, 64 hex.
     pub sha256: String,
-    /// Bytes.
+    /// Size in bytes.
     pub size: u64,
-    /// Lines.
+    /// Lines, counted as the line index counts them.
     pub lines: u64,
     /// Encoded line index (`spillway_api::paging::lines::LineIndex`).
     pub line_index: Vec<u8>,
@@ -30,11 +30,11 @@ pub struct BlobRow {
 /// A reference to add.
 #[derive(Debug, Clone)]
 pub struct NewRef {
-    /// Owner.
+    /// The namespace that holds the reference.
     pub namespace: String,
     /// BLAKE3, 64 hex.
     pub digest: String,
-    /// Labels.
+    /// Labels given at upload.
     pub labels: Labels,
     /// `None` for a pin.
     pub expires_at: Option<i64>,
@@ -51,13 +51,13 @@ pub struct RefRow {
     pub digest: String,
     /// Blob size.
     pub size: u64,
-    /// Labels.
+    /// Labels given at upload.
     pub labels: Labels,
-    /// Millis.
+    /// When the reference was made, in milliseconds since the epoch.
     pub created_at: i64,
     /// Millis; `None` for a pin.
     pub expires_at: Option<i64>,
-    /// Pinned.
+    /// True when pinned: the reference never expires.
     pub pinned: bool,
 }
 

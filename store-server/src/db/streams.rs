@@ -13,13 +13,13 @@ use spillway_api::paging::lines::Checkpoint;
 /// A stream as stored.
 #[derive(Debug, Clone)]
 pub struct StreamRow {
-    /// Id.
+    /// The stream id: 32 lowercase hex digits.
     pub id: String,
     /// Labels JSON.
     pub labels: String,
     /// TTL of the blob reference made by sealing.
     pub ttl_ms: i64,
-    /// Cap.
+    /// Most bytes the stream takes (its cap).
     pub max_bytes: u64,
     /// Bytes so far.
     pub size: u64,
@@ -27,7 +27,7 @@ pub struct StreamRow {
     pub newlines: u64,
     /// Last byte, for the line count.
     pub last_byte: Option<u8>,
-    /// State.
+    /// Open, capped or sealed.
     pub state: StreamState,
     /// Sealed blob, 64 hex.
     pub digest: Option<String>,

@@ -58,7 +58,7 @@ pub(crate) fn parse_digest(raw: &str) -> Result<AnyDigest, ApiError> {
 pub(crate) struct RefOptions {
     /// Seconds, if given.
     pub ttl: Option<u64>,
-    /// Labels.
+    /// Labels from `label.*` parameters, checked.
     pub labels: Labels,
     /// Stream cap, if given.
     pub max_bytes: Option<u64>,
