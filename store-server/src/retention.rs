@@ -16,8 +16,7 @@ const PAGE: i64 = 500;
 /// One pass. With `dry_run` nothing changes and the summary tells what would.
 pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Result<RetentionSummary> {
     let now = state.now();
-    let grace = state.config.retention_grace.as_millis() as i64;
-    let cutoff = now - grace;
+    let cutoff = now - state.config.retention_grace.as_millis() as i64;
     let mut s = RetentionSummary { dry_run, ..Default::default() };
     if dry_run {
         s.references_expired = state.db.count_expired_refs(now).await?;
@@ -26,60 +25,82 @@ pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Resu
         return Ok(s);
     }
     state.db.mark_expired(now).await?;
-    loop {
-        let n = state.db.expire_refs(now, PAGE).await?;
-        s.references_expired += n;
-        if n < PAGE as u64 {
-            break;
-        }
-    }
-    loop {
-        let n = state.db.expire_streams(now, PAGE, false).await?;
-        s.streams_expired += n;
-        if n < PAGE as u64 {
-            break;
-        }
-    }
+    s.references_expired = in_pages(|| state.db.expire_refs(now, PAGE)).await?;
+    s.streams_expired = in_pages(|| state.db.expire_streams(now, PAGE, false)).await?;
     state.db.mark_unreferenced(now).await?;
-    let mut after = String::new();
-    loop {
-        let page = state.db.collectable(cutoff, &after, PAGE).await?;
-        for (digest, size) in &page {
-            if state.db.claim_for_deletion(digest, cutoff, now).await? && delete(state, digest).await? {
-                s.blobs_deleted += 1;
-                s.bytes_freed += size;
+    // Claimed first (`live` → `deleting`, which an upload's reference prevents), then deleted.
+    let collect = |page: Vec<(String, u64)>| async move {
+        let mut claimed = Vec::new();
+        for (digest, size) in page {
+            if state.db.claim_for_deletion(&digest, cutoff, now).await? {
+                claimed.push((digest, size));
             }
         }
-        match page.last() {
-            Some((last, _)) if page.len() as i64 == PAGE => after = last.clone(),
-            _ => break,
-        }
-    }
+        Ok(claimed)
+    };
+    let candidates = |after: String| async move { state.db.collectable(cutoff, &after, PAGE).await };
+    delete_each(state, &mut s, candidates, collect).await?;
     // Deletions a crashed pass left half-done: bytes first (idempotent), then the row.
     let stale_before = now - state.config.deletion_lease.as_millis() as i64;
-    let mut after = String::new();
-    loop {
-        let page = state.db.stale_deletions(stale_before, &after, PAGE).await?;
-        for (digest, size) in &page {
-            if delete(state, digest).await? {
-                s.blobs_deleted += 1;
-                s.bytes_freed += size;
-            }
-        }
-        match page.last() {
-            Some((last, _)) if page.len() as i64 == PAGE => after = last.clone(),
-            _ => break,
-        }
-    }
+    let stale = |page: Vec<(String, u64)>| async move { Ok(page) };
+    let half_done = |after: String| async move { state.db.stale_deletions(stale_before, &after, PAGE).await };
+    delete_each(state, &mut s, half_done, stale).await?;
     // Bytes with no row yet may be an upload between publication and its row: only bytes older
     // than the deletion lease too (an upload takes seconds there, the lease minutes) are
     // orphans, whatever the grace.
-    let orphan_cutoff = cutoff.min(stale_before);
-    sweep_orphans(state, orphan_cutoff, now, &mut s).await?;
+    sweep_orphans(state, cutoff.min(stale_before), now, &mut s).await?;
     metrics::counter!("spillway_retention_expired_refs_total").increment(s.references_expired);
     metrics::counter!("spillway_retention_deleted_blobs_total").increment(s.blobs_deleted);
     metrics::counter!("spillway_retention_freed_bytes_total").increment(s.bytes_freed);
     Ok(s)
+}
+
+/// Runs a bounded batch until it does less than a page; the total it did.
+async fn in_pages<F, Fut>(mut batch: F) -> anyhow::Result<u64>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<u64, sqlx::Error>>,
+{
+    let mut total = 0;
+    loop {
+        let n = batch().await?;
+        total += n;
+        if n < PAGE as u64 {
+            return Ok(total);
+        }
+    }
+}
+
+/// Lists candidates a page at a time (by digest, after the last one seen), keeps those `keep`
+/// claims, and deletes each: its bytes, then its row.
+async fn delete_each<L, LFut, K, KFut>(
+    state: &AppState,
+    s: &mut RetentionSummary,
+    mut list: L,
+    mut keep: K,
+) -> anyhow::Result<()>
+where
+    L: FnMut(String) -> LFut,
+    LFut: std::future::Future<Output = Result<Vec<(String, u64)>, sqlx::Error>>,
+    K: FnMut(Vec<(String, u64)>) -> KFut,
+    KFut: std::future::Future<Output = anyhow::Result<Vec<(String, u64)>>>,
+{
+    let mut after = String::new();
+    loop {
+        let page = list(after.clone()).await?;
+        let full = page.len() as i64 == PAGE;
+        let last = page.last().map(|(d, _)| d.clone());
+        for (digest, size) in keep(page).await? {
+            if delete(state, &digest).await? {
+                s.blobs_deleted += 1;
+                s.bytes_freed += size;
+            }
+        }
+        match last {
+            Some(last) if full => after = last,
+            _ => return Ok(()),
+        }
+    }
 }
 
 /// Bytes with no row, written before `cutoff` (a crash between publication and the row):
