@@ -97,62 +97,16 @@ fn check(expected: Option<AnyDigest>, staged: &Staged) -> ApiResult<()> {
 
 async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, staged: &Staged) -> ApiResult<Stored> {
     check(expected, staged)?;
-    let hex = staged.digest.hex();
     let now = state.now();
     let expires_at = spec.ttl_ms.map(|t| now.saturating_add(t));
     let new_ref = NewRef {
         namespace: spec.namespace.clone(),
-        digest: hex.clone(),
+        digest: staged.digest.hex(),
         labels: spec.labels.clone(),
         expires_at,
         pin_reason: None,
     };
-    let give_up = tokio::time::Instant::now() + DELETING_WAIT;
-    // New content (the common case) goes straight to publication: one write, not two.
-    // Inline blobs cost nothing to publish, so they skip the look first.
-    let look = if staged.inline().is_some() { None } else { state.db.blob_state(&hex).await? };
-    let mut step = match look.as_deref() {
-        None => AddRef::Absent,
-        Some("deleting") => AddRef::Deleting,
-        Some(_) => state.db.add_ref_if_live(&new_ref, now).await?,
-    };
-    let deduplicated = loop {
-        step = match step {
-            AddRef::Added { deduplicated } => break deduplicated,
-            AddRef::Absent => {
-                match state.blobs.publish(staged).await {
-                    // Whatever raced the publication (retention collecting the same content
-                    // under it), the staged copy is still ours: publish it again.
-                    Err(BlobError::NotFound) if tokio::time::Instant::now() < give_up => {
-                        UploadRaces::count(&state.races.published_again);
-                        tracing::warn!(digest = %staged.digest, "publication raced a deletion; publishing again");
-                        continue;
-                    }
-                    other => other?,
-                }
-                let row = BlobRow {
-                    digest: hex.clone(),
-                    sha256: hex::encode(staged.sha256),
-                    size: staged.size,
-                    lines: staged.lines,
-                    line_index: staged.index.encode(),
-                    inline_data: staged.inline().map(|b| b.to_vec()),
-                };
-                match state.db.insert_blob_with_ref(&row, &new_ref, now).await? {
-                    Some(dedup) => break dedup,
-                    None => AddRef::Deleting,
-                }
-            }
-            AddRef::Deleting => {
-                UploadRaces::count(&state.races.waited_for_deletion);
-                if tokio::time::Instant::now() > give_up {
-                    return Err(ApiError::Unavailable("the same content is being deleted; retry".into()));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                state.db.add_ref_if_live(&new_ref, now).await?
-            }
-        };
-    };
+    let deduplicated = reference(state, staged, &new_ref, now).await?;
     // A deletion that claimed an earlier life of this content before our row existed may have
     // removed the bytes between our publication and our row (its row was gone when ours went
     // in). Our reference now keeps every deleter away: one look, and publish again if needed.
@@ -171,6 +125,60 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
             expires_at: expires_at.map(rfc3339),
         },
     })
+}
+
+/// Makes the reference: to the stored blob when it is live (dedup), after publishing the staged
+/// bytes when there is none, after waiting when retention is deleting the same content.
+/// Returns whether the namespace already held the blob.
+async fn reference(state: &AppState, staged: &Staged, new_ref: &NewRef, now: i64) -> ApiResult<bool> {
+    let give_up = tokio::time::Instant::now() + DELETING_WAIT;
+    // New content (the common case) goes straight to publication: one write, not two.
+    // Inline blobs cost nothing to publish, so they skip the look first.
+    let look = if staged.inline().is_some() { None } else { state.db.blob_state(&new_ref.digest).await? };
+    let mut step = match look.as_deref() {
+        None => AddRef::Absent,
+        Some("deleting") => AddRef::Deleting,
+        Some(_) => state.db.add_ref_if_live(new_ref, now).await?,
+    };
+    loop {
+        step = match step {
+            AddRef::Added { deduplicated } => return Ok(deduplicated),
+            AddRef::Absent => match state.blobs.publish(staged).await {
+                // Whatever raced the publication (retention collecting the same content under
+                // it), the staged copy is still ours: publish it again.
+                Err(BlobError::NotFound) if tokio::time::Instant::now() < give_up => {
+                    UploadRaces::count(&state.races.published_again);
+                    tracing::warn!(digest = %staged.digest, "publication raced a deletion; publishing again");
+                    AddRef::Absent
+                }
+                Err(e) => return Err(e.into()),
+                Ok(()) => match state.db.insert_blob_with_ref(&blob_row(staged), new_ref, now).await? {
+                    Some(deduplicated) => return Ok(deduplicated),
+                    None => AddRef::Deleting,
+                },
+            },
+            AddRef::Deleting => {
+                UploadRaces::count(&state.races.waited_for_deletion);
+                if tokio::time::Instant::now() > give_up {
+                    return Err(ApiError::Unavailable("the same content is being deleted; retry".into()));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                state.db.add_ref_if_live(new_ref, now).await?
+            }
+        };
+    }
+}
+
+/// The metadata row of staged bytes.
+fn blob_row(staged: &Staged) -> BlobRow {
+    BlobRow {
+        digest: staged.digest.hex(),
+        sha256: hex::encode(staged.sha256),
+        size: staged.size,
+        lines: staged.lines,
+        line_index: staged.index.encode(),
+        inline_data: staged.inline().map(|b| b.to_vec()),
+    }
 }
 
 #[cfg(test)]
