@@ -54,41 +54,15 @@ pub fn build_for(preview: Preview, total_size: u64, total_lines: u64, saved: Sav
         return r;
     }
     let size = format!("{} bytes, {} lines", thousands(total_size), thousands(total_lines));
-    const PAGING: &str = "each page at most 100,000 bytes; continue with next_line when a page gives one, \
-                          else with next_offset";
     match saved {
         Saved::NotNeeded => {}
         Saved::At(Location::Store { digest }) => {
-            let how = match readers {
-                Readers::Cli => format!(
-                    "Read it page by page with `spillway read {digest} --line {next_line} --lines 2000` ({PAGING}), \
-                     search it with `spillway grep {digest} PATTERN`, or fetch it whole with \
-                     `spillway get {digest} -o FILE`."
-                ),
-                Readers::Mcp => format!(
-                    "Read it page by page with the read tool (digest {digest}, line {next_line}; {PAGING}) or \
-                     search it with the grep tool."
-                ),
-            };
-            r.hint = Some(format!("The full output ({size}) is saved in the store as {digest}. {how}"));
+            r.hint = Some(store_hint(&size, &digest, next_line, readers));
             r.digest = Some(digest);
         }
         Saved::At(Location::File { path, digest }) => {
-            let p = path.display().to_string();
-            let dir = path.parent().map(|d| d.display().to_string()).unwrap_or_else(|| ".".into());
-            let name = digest.clone().unwrap_or_else(|| p.clone());
-            let how = match readers {
-                Readers::Cli => format!(
-                    "Read it page by page with `spillway read --local {dir} {name} --line {next_line} --lines 2000` \
-                     ({PAGING}) or search it with `spillway grep --local {dir} {name} PATTERN`."
-                ),
-                Readers::Mcp => format!(
-                    "Read it page by page with the read tool (digest {name}, line {next_line}; {PAGING}) or \
-                     search it with the grep tool."
-                ),
-            };
-            r.hint = Some(format!("The full output ({size}) is saved at {p}. {how}"));
-            r.file_path = Some(p);
+            r.hint = Some(file_hint(&size, &path, digest.as_deref(), next_line, readers));
+            r.file_path = Some(path.display().to_string());
             r.digest = digest;
         }
         Saved::Failed(why) => {
@@ -102,6 +76,42 @@ pub fn build_for(preview: Preview, total_size: u64, total_lines: u64, saved: Sav
         }
     }
     r
+}
+
+/// How to page a capped read: the cursor rule, in words.
+const PAGING: &str = "each page at most 100,000 bytes; continue with next_line when a page gives one, \
+                      else with next_offset";
+
+fn store_hint(size: &str, digest: &str, next_line: u64, readers: Readers) -> String {
+    let how = match readers {
+        Readers::Cli => format!(
+            "Read it page by page with `spillway read {digest} --line {next_line} --lines 2000` ({PAGING}), \
+             search it with `spillway grep {digest} PATTERN`, or fetch it whole with \
+             `spillway get {digest} -o FILE`."
+        ),
+        Readers::Mcp => format!(
+            "Read it page by page with the read tool (digest {digest}, line {next_line}; {PAGING}) or \
+             search it with the grep tool."
+        ),
+    };
+    format!("The full output ({size}) is saved in the store as {digest}. {how}")
+}
+
+fn file_hint(size: &str, path: &std::path::Path, digest: Option<&str>, next_line: u64, readers: Readers) -> String {
+    let p = path.display().to_string();
+    let dir = path.parent().map(|d| d.display().to_string()).unwrap_or_else(|| ".".into());
+    let name = digest.unwrap_or(&p);
+    let how = match readers {
+        Readers::Cli => format!(
+            "Read it page by page with `spillway read --local {dir} {name} --line {next_line} --lines 2000` \
+             ({PAGING}) or search it with `spillway grep --local {dir} {name} PATTERN`."
+        ),
+        Readers::Mcp => format!(
+            "Read it page by page with the read tool (digest {name}, line {next_line}; {PAGING}) or \
+             search it with the grep tool."
+        ),
+    };
+    format!("The full output ({size}) is saved at {p}. {how}")
 }
 
 #[cfg(test)]
