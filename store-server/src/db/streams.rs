@@ -146,20 +146,8 @@ impl Db {
         let Some(s) = self.get_stream(ns, id).await? else {
             return Ok(AppendOutcome::NotFound);
         };
-        let end = offset.saturating_add(data.len() as u64);
         if offset < s.size || (offset == s.size && data.is_empty()) {
-            // A retry: the bytes it carries are those stored there (up to the cap, for the
-            // append that reached it).
-            let held = end.min(s.size);
-            if self.read_stream(id, offset, held).await?.as_ref() == &data[..(held - offset) as usize] {
-                if end <= s.size {
-                    return Ok(AppendOutcome::Stored { size: s.size, state: s.state, dropped: 0 });
-                }
-                if s.state == StreamState::Capped && s.size == s.max_bytes {
-                    return Ok(AppendOutcome::RetriedAtCap);
-                }
-            }
-            return Ok(AppendOutcome::OffsetMismatch(s.size));
+            return self.retried(&s, offset, data).await;
         }
         if offset > s.size {
             return Ok(AppendOutcome::OffsetMismatch(s.size));
@@ -171,41 +159,7 @@ impl Db {
         let part = &data[..take];
         let dropped = (data.len() - take) as u64;
         let new_state = if dropped > 0 { StreamState::Capped } else { StreamState::Open };
-        let newlines = s.newlines + memchr::memchr_iter(b'\n', part).count() as u64;
-        let last_byte = part.last().map(|&b| i64::from(b)).or(s.last_byte.map(i64::from));
-        let (sid, old, old_newlines, chunk) = (id.to_owned(), s.size, s.newlines, part.to_vec());
-        let moved = self
-            .write(move |c| {
-                Box::pin(async move {
-                    let moved = sqlx::query(
-                        "UPDATE streams SET size = $1, newlines = $2, last_byte = $3, state = $4, hit_cap = $7 \
-                         WHERE id = $5 AND size = $6 AND state = 'open'",
-                    )
-                    .bind(to_i64(old + chunk.len() as u64))
-                    .bind(to_i64(newlines))
-                    .bind(last_byte)
-                    .bind(new_state.as_str())
-                    .bind(&sid)
-                    .bind(to_i64(old))
-                    .bind(i64::from(new_state == StreamState::Capped))
-                    .execute(&mut *c)
-                    .await?
-                    .rows_affected();
-                    if moved == 1 && !chunk.is_empty() {
-                        sqlx::query(
-                            "INSERT INTO stream_chunks (stream_id, start, newlines, data) VALUES ($1, $2, $3, $4)",
-                        )
-                        .bind(&sid)
-                        .bind(to_i64(old))
-                        .bind(to_i64(old_newlines))
-                        .bind(chunk)
-                        .execute(&mut *c)
-                        .await?;
-                    }
-                    Ok(moved)
-                })
-            })
-            .await?;
+        let moved = self.extend(&s, part, new_state).await?;
         if moved == 0 {
             // Another writer moved the stream first: answer from its new state.
             let now = self.get_stream(ns, id).await?;
@@ -216,6 +170,59 @@ impl Db {
             });
         }
         Ok(AppendOutcome::Stored { size: s.size + take as u64, state: new_state, dropped })
+    }
+
+    /// Writes the next piece of a stream and its new size, if the stream is still open at the
+    /// size it was read at; 0 when another writer moved it first.
+    async fn extend(&self, s: &StreamRow, part: &[u8], new_state: StreamState) -> Result<u64, sqlx::Error> {
+        let newlines = s.newlines + memchr::memchr_iter(b'\n', part).count() as u64;
+        let last_byte = part.last().map(|&b| i64::from(b)).or(s.last_byte.map(i64::from));
+        let (sid, old, old_newlines, chunk) = (s.id.clone(), s.size, s.newlines, part.to_vec());
+        self.write(move |c| {
+            Box::pin(async move {
+                let moved = sqlx::query(
+                    "UPDATE streams SET size = $1, newlines = $2, last_byte = $3, state = $4, hit_cap = $7 \
+                         WHERE id = $5 AND size = $6 AND state = 'open'",
+                )
+                .bind(to_i64(old + chunk.len() as u64))
+                .bind(to_i64(newlines))
+                .bind(last_byte)
+                .bind(new_state.as_str())
+                .bind(&sid)
+                .bind(to_i64(old))
+                .bind(i64::from(new_state == StreamState::Capped))
+                .execute(&mut *c)
+                .await?
+                .rows_affected();
+                if moved == 1 && !chunk.is_empty() {
+                    sqlx::query("INSERT INTO stream_chunks (stream_id, start, newlines, data) VALUES ($1, $2, $3, $4)")
+                        .bind(&sid)
+                        .bind(to_i64(old))
+                        .bind(to_i64(old_newlines))
+                        .bind(chunk)
+                        .execute(&mut *c)
+                        .await?;
+                }
+                Ok(moved)
+            })
+        })
+        .await
+    }
+
+    /// An append at an offset already written: a retry when the bytes it carries are those
+    /// stored there (up to the cap, for the append that reached it), else a wrong offset.
+    async fn retried(&self, s: &StreamRow, offset: u64, data: &[u8]) -> Result<AppendOutcome, sqlx::Error> {
+        let end = offset.saturating_add(data.len() as u64);
+        let held = end.min(s.size);
+        if self.read_stream(&s.id, offset, held).await?.as_ref() == &data[..(held - offset) as usize] {
+            if end <= s.size {
+                return Ok(AppendOutcome::Stored { size: s.size, state: s.state, dropped: 0 });
+            }
+            if s.state == StreamState::Capped && s.size == s.max_bytes {
+                return Ok(AppendOutcome::RetriedAtCap);
+            }
+        }
+        Ok(AppendOutcome::OffsetMismatch(s.size))
     }
 
     /// Bytes `start..end` of a stream.
