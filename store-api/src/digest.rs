@@ -175,6 +175,9 @@ mod tests {
         assert_eq!(b.to_string(), format!("blake3:{hex}"));
         let s: AnyDigest = format!("sha256:{hex}").parse().unwrap();
         assert!(matches!(s, AnyDigest::Sha256(_)));
+        assert_eq!(s.to_string(), format!("sha256:{hex}"));
+        let a: AnyDigest = format!("blake3:{hex}").parse().unwrap();
+        assert_eq!((a.to_string(), format!("{a:?}").contains(&hex)), (format!("blake3:{hex}"), true));
     }
 
     #[test]

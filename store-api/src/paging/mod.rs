@@ -707,9 +707,32 @@ mod tests {
         let crossing = [&[0xFFu8][..], &vec![b'a'; READ_CAP - 5], "€".as_bytes()].concat();
         let c = to_content(&crossing);
         assert_eq!((c.text.len(), c.used, c.cut), (READ_CAP - 2, crossing.len() - 3, true));
+        // A replacement character that exactly fits is added.
+        let c = to_content(&[&vec![b'a'; READ_CAP - 3][..], &[0xFF]].concat());
+        assert_eq!((c.text.len(), c.used, c.cut), (READ_CAP, READ_CAP - 2, false));
         // Replacement characters that would not fit are not added.
         let c = to_content(&[&vec![b'a'; READ_CAP - 2][..], &[0xFF]].concat());
         assert_eq!((c.text.len(), c.used, c.cut), (READ_CAP - 2, READ_CAP - 2, true));
+    }
+
+    #[test]
+    fn byte_pages_at_the_edges() {
+        // A blob that ends inside a character: the last page holds those bytes too.
+        let src = Mem::new_vec(b"abc\xE2\x82".to_vec());
+        let p = block_on(byte_page(&src, 0, 100)).unwrap();
+        assert_eq!((p.length, p.eof, p.content.as_str()), (5, true, "abc\u{FFFD}"));
+        // Limits over the cap on a small blob: whole, not capped, from any offset.
+        let src = Mem::new_vec(b"0123456789".repeat(5));
+        for offset in [0, 5] {
+            let p = block_on(byte_page(&src, offset, u64::MAX)).unwrap();
+            assert_eq!((p.length, p.capped, p.eof), (50 - offset, false, true), "offset {offset}");
+        }
+        // A limit of exactly the cap, stopped one byte short by a character: not capped.
+        let src = Mem::new_vec("€".repeat(40_000).into_bytes());
+        let p = block_on(byte_page(&src, 0, READ_CAP as u64)).unwrap();
+        assert_eq!((p.length, p.capped), (READ_CAP as u64 - 1, false));
+        let p = block_on(byte_page(&src, 0, READ_CAP as u64 + 1)).unwrap();
+        assert_eq!((p.length, p.capped), (READ_CAP as u64 - 1, true), "over the cap: the cap cut it");
     }
 
     #[test]
