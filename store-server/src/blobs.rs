@@ -119,6 +119,12 @@ enum Tmp {
     Inline(Bytes),
 }
 
+/// Where the bytes of a body being received are: in memory, or written to a temporary name.
+enum Held {
+    Memory(BytesMut),
+    Spilled(Box<Sink>, TmpGuard),
+}
+
 /// Staged bytes under a temporary name, removed when the guard goes — on every path: a
 /// failed upload, a dropped request, a published one (its final name is a link or a copy).
 struct TmpGuard {
@@ -348,8 +354,7 @@ impl BlobStore {
         let mut hasher = blake3::Hasher::new();
         let mut sha = ShaHasher::Inline(Sha256::new());
         let mut index = LineIndexBuilder::default();
-        let mut memory = BytesMut::new();
-        let mut spilled: Option<(Sink, TmpGuard)> = None;
+        let mut held = Held::Memory(BytesMut::new());
         let received: Result<(), BlobError> = async {
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(|e| BlobError::Body(e.to_string()))?;
@@ -358,24 +363,7 @@ impl BlobStore {
                 }
                 hasher.update(&chunk);
                 index.update(&chunk);
-                match &mut spilled {
-                    Some((sink, _)) => sink.write(&chunk).await?,
-                    None if memory.len() + chunk.len() <= INLINE_MAX => memory.extend_from_slice(&chunk),
-                    None => {
-                        let (mut sink, tmp) = self.open_sink(size_hint).await?;
-                        spilled = Some(match sink.write(&memory).await {
-                            Ok(()) => (sink, tmp),
-                            Err(e) => {
-                                sink.abort().await;
-                                return Err(e);
-                            }
-                        });
-                        memory = BytesMut::new();
-                        if let Some((sink, _)) = &mut spilled {
-                            sink.write(&chunk).await?;
-                        }
-                    }
-                }
+                self.keep(&mut held, &chunk, size_hint).await?;
                 sha.update(chunk, index.size()).await;
             }
             Ok(())
@@ -386,18 +374,7 @@ impl BlobStore {
             Err(e) => Err(e),
         };
         // On every error the guard removes what was staged.
-        let tmp = match (sha256.as_ref(), spilled) {
-            (Err(_), Some((sink, _tmp))) => {
-                sink.abort().await;
-                None
-            }
-            (Err(_), None) => None,
-            (Ok(_), None) => Some(TmpGuard { tmp: Tmp::Inline(memory.freeze()), store: self.store.clone() }),
-            (Ok(_), Some((sink, tmp))) => {
-                sink.finish().await?;
-                Some(tmp)
-            }
-        };
+        let tmp = self.settle(held, sha256.is_ok()).await?;
         let sha256 = sha256?;
         let tmp = tmp.ok_or_else(|| BlobError::storage("staging lost its data"))?;
         Ok(Staged {
@@ -408,6 +385,51 @@ impl BlobStore {
             index: index.finish(),
             tmp,
         })
+    }
+
+    /// Keeps a chunk: in memory while the body fits the inline limit, then in a temporary
+    /// file or object (what memory held goes there first).
+    async fn keep(&self, held: &mut Held, chunk: &Bytes, size_hint: Option<u64>) -> Result<(), BlobError> {
+        match held {
+            Held::Spilled(sink, _) => sink.write(chunk).await,
+            Held::Memory(memory) if memory.len() + chunk.len() <= INLINE_MAX => {
+                memory.extend_from_slice(chunk);
+                Ok(())
+            }
+            Held::Memory(memory) => {
+                let (mut sink, tmp) = self.open_sink(size_hint).await?;
+                let mut wrote = sink.write(memory).await;
+                if wrote.is_ok() {
+                    wrote = sink.write(chunk).await;
+                }
+                if let Err(e) = wrote {
+                    sink.abort().await;
+                    return Err(e);
+                }
+                *held = Held::Spilled(Box::new(sink), tmp);
+                Ok(())
+            }
+        }
+    }
+
+    /// The staged copy once the body has ended: inline bytes, or the temporary file or
+    /// object flushed. After a failure (`ok` false), nothing: the writer is aborted and the
+    /// guard removes what it wrote.
+    async fn settle(&self, held: Held, ok: bool) -> Result<Option<TmpGuard>, BlobError> {
+        match (ok, held) {
+            (false, Held::Spilled(sink, _tmp)) => {
+                (*sink).abort().await;
+                Ok(None)
+            }
+            (false, Held::Memory(_)) => Ok(None),
+            (true, Held::Memory(memory)) => {
+                Ok(Some(TmpGuard { tmp: Tmp::Inline(memory.freeze()), store: self.store.clone() }))
+            }
+            (true, Held::Spilled(sink, tmp)) => {
+                (*sink).finish().await?;
+                Ok(Some(tmp))
+            }
+        }
     }
 
     /// Makes staged bytes readable under their content key. Idempotent: publishing bytes that
