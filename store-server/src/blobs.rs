@@ -138,6 +138,22 @@ impl std::fmt::Debug for TmpGuard {
     }
 }
 
+impl TmpGuard {
+    /// Removes the temporary copy now and waits for it (the guard's drop only starts the
+    /// removal of an object).
+    async fn remove(mut self) {
+        match std::mem::replace(&mut self.tmp, Tmp::Inline(Bytes::new())) {
+            Tmp::Local(p) => {
+                let _ = tokio::fs::remove_file(p).await;
+            }
+            Tmp::Object(p) => {
+                let _ = self.store.delete(&p).await;
+            }
+            Tmp::Inline(_) => {}
+        }
+    }
+}
+
 impl Drop for TmpGuard {
     fn drop(&mut self) {
         match &self.tmp {
@@ -404,6 +420,7 @@ impl BlobStore {
                 }
                 if let Err(e) = wrote {
                     sink.abort().await;
+                    tmp.remove().await;
                     return Err(e);
                 }
                 *held = Held::Spilled(Box::new(sink), tmp);
@@ -413,12 +430,14 @@ impl BlobStore {
     }
 
     /// The staged copy once the body has ended: inline bytes, or the temporary file or
-    /// object flushed. After a failure (`ok` false), nothing: the writer is aborted and the
-    /// guard removes what it wrote.
+    /// object flushed. After a failure (`ok` false), nothing: the writer is aborted and what it
+    /// wrote removed before the error is answered. (A request dropped mid-body never gets
+    /// here; its guard removes the bytes.)
     async fn settle(&self, held: Held, ok: bool) -> Result<Option<TmpGuard>, BlobError> {
         match (ok, held) {
-            (false, Held::Spilled(sink, _tmp)) => {
+            (false, Held::Spilled(sink, tmp)) => {
                 (*sink).abort().await;
+                tmp.remove().await;
                 Ok(None)
             }
             (false, Held::Memory(_)) => Ok(None),
@@ -430,6 +449,12 @@ impl BlobStore {
                 Ok(Some(tmp))
             }
         }
+    }
+
+    /// Removes the temporary copy of staged bytes (published or not) and waits for it, so that
+    /// an answer is sent after the clean-up. Dropping a `Staged` also removes it.
+    pub async fn discard(&self, staged: Staged) {
+        staged.tmp.remove().await;
     }
 
     /// Makes staged bytes readable under their content key. Idempotent: publishing bytes that

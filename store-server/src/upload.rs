@@ -72,7 +72,7 @@ where
 {
     let staged = state.blobs.stage(body, state.config.max_blob_bytes, size_hint).await?;
     let result = commit(state, expected, spec, &staged).await;
-    drop(staged); // its temporary copy goes with it
+    state.blobs.discard(staged).await;
     if let Ok(s) = &result {
         metrics::counter!("spillway_bytes_in_total").increment(s.record.size);
         if s.record.deduplicated {
