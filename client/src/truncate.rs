@@ -110,6 +110,18 @@ fn text_within(bytes: &[u8], max: usize) -> (String, usize) {
     }
 }
 
+/// Where the character around `at` ends, when `at` falls inside a valid multi-byte character;
+/// `at` otherwise. Invalid bytes are not skipped: each is shown as U+FFFD.
+fn past_split_char(bytes: &[u8], at: usize) -> usize {
+    let at = at.min(bytes.len());
+    (at.saturating_sub(3)..at)
+        .rev()
+        .find(|&i| bytes[i] & 0xC0 != 0x80)
+        .and_then(|i| bytes[i..].utf8_chunks().next()?.valid().chars().next().map(|c| i + c.len_utf8()))
+        .filter(|&end| end > at)
+        .unwrap_or(at)
+}
+
 /// Text of a suffix of `bytes` that stays within `max` bytes after replacing invalid UTF-8,
 /// and how many leading bytes it leaves out (replacement can make binary text grow threefold).
 fn suffix_text_within(bytes: &[u8], max: usize) -> (String, usize) {
@@ -119,10 +131,7 @@ fn suffix_text_within(bytes: &[u8], max: usize) -> (String, usize) {
         if text.len() <= max {
             return (text.into_owned(), start);
         }
-        start += (text.len() - max).div_ceil(3).max(1);
-        while start < bytes.len() && bytes[start] & 0xC0 == 0x80 {
-            start += 1;
-        }
+        start = past_split_char(bytes, start + (text.len() - max).div_ceil(3).max(1));
     }
 }
 
@@ -137,10 +146,7 @@ fn head_cut(data: &[u8], budget: usize) -> usize {
 
 /// Where to start a suffix of `data` of at most `budget` bytes, after a newline when one is near.
 fn tail_cut(data: &[u8], budget: usize) -> usize {
-    let mut start = data.len().saturating_sub(budget);
-    while start < data.len() && data[start] & 0xC0 == 0x80 {
-        start += 1;
-    }
+    let start = past_split_char(data, data.len().saturating_sub(budget));
     match memchr::memchr(b'\n', &data[start..]) {
         Some(i) if i < 4096 && start + i + 1 < data.len() => start + i + 1,
         _ => start,
@@ -425,6 +431,7 @@ mod tests {
         let far = [&[b'a'; 10][..], &[b'b'; 5000], b"\n", b"end"].concat();
         assert_eq!(tail_cut(&far, 5004), 10, "the newline is 5,000 bytes in: too far");
         assert_eq!(tail_cut("€€€".as_bytes(), 4), 6, "never half a character");
+        assert_eq!(tail_cut(&[0x89, 0xAA, 0x82, 0xBC], 2), 2, "stray continuation bytes are not skipped");
     }
 
     #[test]
@@ -434,6 +441,9 @@ mod tests {
         let mixed = [&[0xFFu8; 10][..], b"abc"].concat();
         assert_eq!(suffix_text_within(&mixed, 6), ("\u{FFFD}abc".into(), 9));
         assert_eq!(suffix_text_within(b"fits", 4), ("fits".into(), 0));
+        // Stray continuation bytes are binary, not half a character: kept, as U+FFFD.
+        assert_eq!(suffix_text_within(&[0x89, 0xAA, 0x82, 0xBC], 10), ("\u{FFFD}".repeat(3), 1));
+        assert_eq!(suffix_text_within("\n€😀".as_bytes(), 3), (String::new(), 8), "no fragment of 😀");
     }
 
     #[test]
