@@ -122,11 +122,25 @@ mod tests {
             let mut b = LineIndexBuilder::default();
             for chunk in data.chunks(cut) { b.update(chunk); }
             prop_assert_eq!(b.lines(), crate::count_lines(&data));
-            let idx = LineIndex::decode(&b.finish().encode());
+            prop_assert_eq!(b.size(), data.len() as u64);
+            let built = b.finish();
+            // One checkpoint per span, and the stored form gives the same index back.
+            prop_assert_eq!(built.points.len() as u64, 1 + data.len() as u64 / CHECKPOINT_EVERY);
+            prop_assert_eq!(built.encode().len(), built.points.len() * 16);
+            let idx = LineIndex::decode(&built.encode());
+            prop_assert_eq!(&idx, &built);
             for p in &idx.points {
                 let n = data[..p.offset as usize].iter().filter(|&&c| c == b'\n').count() as u64;
                 prop_assert_eq!(n, p.newlines);
             }
         }
+    }
+
+    #[test]
+    fn spans_are_64_kib_and_damage_degrades_to_a_scan() {
+        assert_eq!(CHECKPOINT_EVERY, 65_536);
+        let idx = LineIndex::decode(&[1, 2, 3]);
+        assert_eq!(idx.for_offset(1 << 40), Checkpoint { offset: 0, newlines: 0 });
+        assert_eq!(idx.for_line(1_000_000), Checkpoint { offset: 0, newlines: 0 });
     }
 }

@@ -721,6 +721,7 @@ mod tests {
         let src = Mem::new_vec(b"abc\xE2\x82".to_vec());
         let p = block_on(byte_page(&src, 0, 100)).unwrap();
         assert_eq!((p.length, p.eof, p.content.as_str()), (5, true, "abc\u{FFFD}"));
+        assert_eq!(p.digest, None, "an in-memory output has no digest to name");
         // Limits over the cap on a small blob: whole, not capped, from any offset.
         let src = Mem::new_vec(b"0123456789".repeat(5));
         for offset in [0, 5] {
@@ -850,6 +851,71 @@ mod tests {
         assert!(matches!(err, PageError::RangeNotSatisfiable { .. }));
         let p = block_on(byte_page(&src, src.size(), 10)).unwrap();
         assert!(p.eof && p.content.is_empty());
+    }
+
+    /// Grep as its contract reads, line by line, for inputs far below the cap: matching lines
+    /// in order from `from_line`, at most `max_matches` of them, each with up to `before` and
+    /// `after` context lines, a line never shown twice (a match's after-context stops before
+    /// the next match; a before-context starts after what was shown, and not before
+    /// `from_line`).
+    fn grep_oracle(text: &str, re: &Regex, from: u64, max: usize, before: usize, after: usize) -> GrepResponse {
+        let lines: Vec<&str> = text.split_inclusive('\n').map(|l| l.strip_suffix('\n').unwrap_or(l)).collect();
+        let ctx = |n: u64| ContextLine { line: n, text: lines[n as usize - 1].to_owned() };
+        let mut resp = GrepResponse { matches: Vec::new(), next_line: None, capped: false };
+        for n in from..=lines.len() as u64 {
+            if !re.is_match(lines[n as usize - 1].as_bytes()) {
+                continue;
+            }
+            if let Some(last) = resp.matches.last_mut() {
+                last.after.retain(|c| c.line < n);
+            }
+            let shown = resp.matches.last().map_or(0, |m| m.after.last().map_or(m.line, |c| c.line));
+            // Context starts at `from_line` too: a resumed grep does not reach back into lines
+            // the previous call covered.
+            let first = n.saturating_sub(before as u64).max(from).max(shown + 1);
+            let last_after = (n + after as u64).min(lines.len() as u64);
+            resp.matches.push(GrepMatch {
+                line: n,
+                text: lines[n as usize - 1].to_owned(),
+                shortened: false,
+                before: (first..n).map(ctx).collect(),
+                after: (n + 1..=last_after).map(ctx).collect(),
+            });
+            if resp.matches.len() == max {
+                let end_of_line: usize = lines[..n as usize].iter().map(|l| l.len() + 1).sum();
+                let more = end_of_line < text.len();
+                resp.next_line = more.then_some(n + 1);
+                resp.capped = more;
+                break;
+            }
+        }
+        resp
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(crate::test_cases(256)))]
+        #[test]
+        fn grep_agrees_with_its_contract(
+            lines in proptest::collection::vec("[abc ]{0,6}", 1..40),
+            last_newline: bool,
+            pattern in prop_oneof![Just("a"), Just("ab"), Just("^b"), Just("c$"), Just("b+c"), Just("A")],
+            ignore_case: bool,
+            from in 1u64..10,
+            max in 1usize..6,
+            before in 0usize..4,
+            after in 0usize..4,
+        ) {
+            let mut text = lines.join("\n");
+            if last_newline {
+                text.push('\n');
+            }
+            let src = Mem::new_vec(text.clone().into_bytes());
+            let re = compile_pattern(pattern, false, ignore_case).unwrap();
+            let from = from.min(src.total_lines() + 1);
+            let got = block_on(grep(&src, GrepRequest { from_line: from, max_matches: max, before, after, regex: &re }))
+                .unwrap();
+            prop_assert_eq!(got, grep_oracle(&text, &re, from, max, before, after));
+        }
     }
 
     #[test]
