@@ -420,6 +420,13 @@ mod tests {
         assert_eq!(head_cut(&far, 9000), 5001, "3,999 bytes back: still near");
         assert_eq!(head_cut(&far, 9200), 9200, "4,199 bytes back: too far");
         assert_eq!(head_cut("€€€".as_bytes(), 4), 3, "never half a character");
+        let half = [&[b'a'; 49][..], b"\n", &[b'b'; 50]].concat();
+        assert_eq!(head_cut(&half, 100), 50, "a newline ending the first half still counts");
+        let edge = [&[b'a'; 4999][..], b"\n", &[b'b'; 4096]].concat();
+        assert_eq!(head_cut(&edge, edge.len()), 5000, "4,096 bytes back: still near");
+        assert_eq!(head_cut(&edge, edge.len() + 1), 5000);
+        let past = [&[b'a'; 4999][..], b"\n", &[b'b'; 4097]].concat();
+        assert_eq!(head_cut(&past, past.len()), past.len(), "4,097 bytes back: too far");
         assert_eq!(head_cut(b"abc", 10), 3);
     }
 
@@ -430,6 +437,9 @@ mod tests {
         assert_eq!(tail_cut(b"aaaa\n", 3), 2, "a newline that ends the data is not a start");
         let far = [&[b'a'; 10][..], &[b'b'; 5000], b"\n", b"end"].concat();
         assert_eq!(tail_cut(&far, 5004), 10, "the newline is 5,000 bytes in: too far");
+        let edge = [&[b'x'; 100][..], &[b'b'; 4096], b"\n", b"end"].concat();
+        assert_eq!(tail_cut(&edge, 4100), 100, "a newline 4,096 bytes in is too far");
+        assert_eq!(tail_cut(&edge, 4099), 4197, "4,095 bytes in is near");
         assert_eq!(tail_cut("€€€".as_bytes(), 4), 6, "never half a character");
         assert_eq!(tail_cut(&[0x89, 0xAA, 0x82, 0xBC], 2), 2, "stray continuation bytes are not skipped");
     }
