@@ -137,6 +137,15 @@ mod tests {
     }
 
     #[test]
+    fn lines_are_counted_as_the_contract_counts_them() {
+        for data in [&b""[..], b"\n", b"a", b"a\n", b"a\nb", b"\n\n"] {
+            let mut b = LineIndexBuilder::default();
+            b.update(data);
+            assert_eq!(b.lines(), crate::count_lines(data), "{data:?}");
+        }
+    }
+
+    #[test]
     fn spans_are_64_kib_and_damage_degrades_to_a_scan() {
         assert_eq!(CHECKPOINT_EVERY, 65_536);
         let idx = LineIndex::decode(&[1, 2, 3]);

@@ -417,9 +417,24 @@ impl GrepOut {
     }
 }
 
+/// How grep walks a source: the bytes it reads per step and the most it scans per call. Not
+/// part of the answer's meaning, only of its cost (the tests walk in small steps, so that their
+/// small inputs cross every step boundary).
+#[derive(Debug, Clone, Copy)]
+struct Walk {
+    window: u64,
+    scan_limit: u64,
+}
+
+const WALK: Walk = Walk { window: WINDOW, scan_limit: GREP_SCAN_LIMIT };
+
 /// Matching lines in order, capped at [`READ_CAP`] bytes of text (context included) and
 /// `max_matches`.
 pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResponse> {
+    grep_walking(src, req, WALK).await
+}
+
+async fn grep_walking(src: &dyn Source, req: GrepRequest<'_>, walk: Walk) -> PageResult<GrepResponse> {
     let size = src.size();
     let total_lines = src.total_lines();
     if req.from_line == 0 {
@@ -441,15 +456,19 @@ pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResp
         owed_after: 0,
     };
     let mut pos = line_start(src, req.from_line).await?;
-    let scan_end = size.min(pos.saturating_add(GREP_SCAN_LIMIT));
+    let scan_end = size.min(pos.saturating_add(walk.scan_limit));
     let mut cur_line = req.from_line;
+    // Whether `pos` is inside a line that began in an earlier window (a line longer than one).
+    let mut mid_line = false;
+    // Set once `max_matches` is reached: what is left is the last match's after-context.
+    let mut finished = false;
     while pos < size {
-        if pos >= scan_end {
+        if pos >= scan_end && !finished {
             out.resp.next_line = Some(cur_line);
             out.resp.capped = true;
             return Ok(out.resp);
         }
-        let buf = read_checked(src, pos, size.min(pos + WINDOW)).await?;
+        let buf = read_checked(src, pos, size.min(pos + walk.window)).await?;
         let at_eof = pos + buf.len() as u64 == size;
         let usable = if at_eof { buf.len() } else { memchr::memrchr(b'\n', &buf).map_or(buf.len(), |i| i + 1) };
         let hay = &buf[..usable];
@@ -457,11 +476,21 @@ pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResp
         // After-context owed by the previous window's last match.
         for (n, (ls, le)) in line_spans(hay).take(out.owed_after).enumerate() {
             if !out.push_after(context_line(first_line + n as u64, &hay[ls..le])) {
-                out.resp.next_line = Some(first_line + n as u64);
-                out.resp.capped = true;
+                if !finished {
+                    out.resp.next_line = Some(first_line + n as u64);
+                    out.resp.capped = true;
+                }
                 return Ok(out.resp);
             }
             out.owed_after -= 1;
+        }
+        if finished {
+            if out.owed_after == 0 {
+                return Ok(out.resp);
+            }
+            cur_line += newlines(hay);
+            pos += usable as u64;
+            continue;
         }
         let (mut at, mut counted) = (0usize, 0usize);
         while at < usable {
@@ -477,6 +506,9 @@ pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResp
                 continue; // the same over-long line, continued from the previous window
             }
             let (text, shortened) = shorten(&hay[ls..le], m.start() - ls);
+            // Only part of a line longer than the window is at hand: the text is not all of it.
+            let partial = (ls == 0 && mid_line) || (le == usable && !at_eof);
+            let shortened = shortened || partial;
             let before = before_context(hay, ls, cur_line, req.before, &out.recent);
             let found = GrepMatch { line: cur_line, text, shortened, before, after: Vec::new() };
             if !out.push(found) {
@@ -498,11 +530,13 @@ pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResp
                 let more = (pos + le as u64 + 1) < size;
                 out.resp.next_line = more.then_some(cur_line + 1);
                 out.resp.capped = more;
-                return Ok(out.resp);
+                finished = true;
+                break;
             }
         }
         cur_line += newlines(&hay[counted..]);
         remember_tail(&mut out.recent, hay, cur_line, req.before);
+        mid_line = hay.last() != Some(&b'\n');
         pos += usable as u64;
     }
     Ok(out.resp)
@@ -535,7 +569,7 @@ fn before_context(
 
 /// Keeps the last `n` lines of a window for the next window's before-context.
 fn remember_tail(recent: &mut std::collections::VecDeque<ContextLine>, hay: &[u8], next_line: u64, n: usize) {
-    if n == 0 || hay.is_empty() {
+    if n == 0 {
         return;
     }
     let spans: Vec<(usize, usize)> = line_spans(hay).collect();
@@ -892,30 +926,299 @@ mod tests {
         resp
     }
 
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(crate::test_cases(256)))]
-        #[test]
-        fn grep_agrees_with_its_contract(
-            lines in proptest::collection::vec("[abc ]{0,6}", 1..40),
-            last_newline: bool,
-            pattern in prop_oneof![Just("a"), Just("ab"), Just("^b"), Just("c$"), Just("b+c"), Just("A")],
-            ignore_case: bool,
-            from in 1u64..10,
-            max in 1usize..6,
-            before in 0usize..4,
-            after in 0usize..4,
-        ) {
+    /// Short lines (at most 7 bytes with their newline), so that a window of 8 bytes or more
+    /// always holds whole lines.
+    fn short_lines() -> impl Strategy<Value = String> {
+        (proptest::collection::vec("[abc ]{0,6}", 1..40), any::<bool>()).prop_map(|(lines, last_newline)| {
             let mut text = lines.join("\n");
             if last_newline {
                 text.push('\n');
             }
+            text
+        })
+    }
+
+    /// Walks of every size: the real one, and windows of a few lines so that matches, their
+    /// context and the lines before them fall on every side of a window's edge.
+    fn walks() -> impl Strategy<Value = Walk> {
+        prop_oneof![Just(WALK), (8u64..40).prop_map(|window| Walk { window, scan_limit: u64::MAX })]
+    }
+
+    proptest! {
+        // Tiny inputs: cheap enough to keep every case under mutation testing too.
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn grep_agrees_with_its_contract(
+            text in short_lines(),
+            walk in walks(),
+            pattern in prop_oneof![
+                Just("a"), Just("ab"), Just("^b"), Just("c$"), Just("b+c"), Just("A"), Just("x*"), Just("^"),
+            ],
+            ignore_case: bool,
+            from in 1u64..10,
+            max in prop_oneof![1usize..6, Just(usize::MAX)],
+            before in 0usize..4,
+            after in 0usize..4,
+        ) {
             let src = Mem::new_vec(text.clone().into_bytes());
             let re = compile_pattern(pattern, false, ignore_case).unwrap();
             let from = from.min(src.total_lines() + 1);
-            let got = block_on(grep(&src, GrepRequest { from_line: from, max_matches: max, before, after, regex: &re }))
-                .unwrap();
+            let req = GrepRequest { from_line: from, max_matches: max, before, after, regex: &re };
+            let got = block_on(grep_walking(&src, req, walk)).unwrap();
             prop_assert_eq!(got, grep_oracle(&text, &re, from, max, before, after));
         }
+
+        /// A grep stopped by its scan limit says where to resume, and the calls followed that
+        /// way find every match once, in order.
+        #[test]
+        fn grep_resumes_where_its_scan_stopped(
+            text in short_lines(),
+            window in 8u64..40,
+            scan_limit in 1u64..60,
+            pattern in prop_oneof![Just("a"), Just("b+c"), Just("x*")],
+        ) {
+            let src = Mem::new_vec(text.clone().into_bytes());
+            let re = compile_pattern(pattern, false, false).unwrap();
+            let walk = Walk { window, scan_limit };
+            let (mut found, mut from) = (Vec::new(), 1);
+            loop {
+                let r = block_on(grep_walking(&src, GrepRequest { from_line: from, ..GrepRequest::new(&re) }, walk))
+                    .unwrap();
+                prop_assert_eq!(r.capped, r.next_line.is_some());
+                for m in &r.matches {
+                    prop_assert!(m.line >= from && r.next_line.is_none_or(|next| m.line < next));
+                }
+                found.extend(r.matches);
+                match r.next_line {
+                    Some(next) => { prop_assert!(next > from); from = next }
+                    None => break,
+                }
+            }
+            prop_assert_eq!(found, grep_oracle(&text, &re, 1, usize::MAX, 0, 0).matches);
+        }
+    }
+
+    #[test]
+    fn a_line_longer_than_the_window_is_one_match_marked_shortened() {
+        let re = compile_pattern("M", false, false).unwrap();
+        let walk = Walk { window: 64, scan_limit: u64::MAX };
+        // Matches in three windows of line 2: one match, its text a part of the line.
+        let long = format!("{}M{}M{}M", "a".repeat(10), "a".repeat(60), "a".repeat(60));
+        let src = Mem::new_vec(format!("x\n{long}\nM\n").into_bytes());
+        let r = block_on(grep_walking(&src, GrepRequest::new(&re), walk)).unwrap();
+        let found: Vec<(u64, bool)> = r.matches.iter().map(|m| (m.line, m.shortened)).collect();
+        assert_eq!(found, [(2, true), (3, false)]);
+        assert!(long.starts_with(&r.matches[0].text) && r.matches[0].text.len() < long.len());
+        // A match first seen in a window that starts inside its line: shortened too.
+        let src = Mem::new_vec(format!("{}M\nM", "a".repeat(100)).into_bytes());
+        let r = block_on(grep_walking(&src, GrepRequest::new(&re), walk)).unwrap();
+        let found: Vec<(u64, bool)> = r.matches.iter().map(|m| (m.line, m.shortened)).collect();
+        assert_eq!(found, [(1, true), (2, false)]);
+        // The real walk has the whole line at hand: not shortened.
+        let r = block_on(grep(&src, GrepRequest::new(&re))).unwrap();
+        assert_eq!(r.matches[0].text.len(), 101);
+        assert!(!r.matches[0].shortened);
+    }
+
+    #[test]
+    fn shorten_keeps_the_match_in_view() {
+        // Up to the longest line, whole; a carriage return before the newline is not shown.
+        let line = "a".repeat(GREP_LINE_MAX);
+        assert_eq!(shorten(line.as_bytes(), 0), (line.clone(), false));
+        assert_eq!(shorten(format!("{line}\r").as_bytes(), 0), (line.clone(), false));
+        // Longer: GREP_LINE_MAX bytes from an eighth of them before the match, or the end.
+        let line: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        for (at, from) in [(0, 0), (300, 0), (5000, 5000 - GREP_LINE_MAX / 8), (9995, 10_000 - GREP_LINE_MAX)] {
+            let want = String::from_utf8(line[from..from + GREP_LINE_MAX].to_vec()).unwrap();
+            assert_eq!(shorten(&line, at), (want, true), "match at {at}");
+        }
+        // Never inside a character: back to its first byte, and no half character at the end.
+        let line = "€".repeat(4000);
+        let (text, shortened) = shorten(line.as_bytes(), 6000);
+        assert!(shortened);
+        assert_eq!(text, "€".repeat(GREP_LINE_MAX / 3));
+        let lead = (6000 - GREP_LINE_MAX / 8) / 3 * 3;
+        assert_eq!(text.as_bytes(), &line.as_bytes()[lead..lead + GREP_LINE_MAX / 3 * 3]);
+    }
+
+    #[test]
+    fn grep_shortens_a_long_line_around_its_match() {
+        let long = format!("{}MATCH{}", "a".repeat(5000), "b".repeat(5000));
+        let src = Mem::new_vec(format!("first\n{long}\n").into_bytes());
+        let re = compile_pattern("MATCH", false, false).unwrap();
+        let r = block_on(grep(&src, GrepRequest::new(&re))).unwrap();
+        let from = 5000 - GREP_LINE_MAX / 8;
+        assert_eq!((r.matches[0].line, r.matches[0].shortened), (2, true));
+        assert_eq!(r.matches[0].text, long[from..from + GREP_LINE_MAX]);
+    }
+
+    #[test]
+    fn grep_text_budget_is_the_cap_exactly() {
+        let re = compile_pattern("^m", false, false).unwrap();
+        let line = |c: char, n: usize| format!("{c}{}\n", "x".repeat(n - 1));
+        // Matches whose text adds up to the cap exactly: all of them.
+        let exact: String = (0..100).map(|_| line('m', 1000)).collect();
+        let r = block_on(grep(&Mem::new_vec(exact.clone().into_bytes()), GrepRequest::new(&re))).unwrap();
+        assert_eq!((r.matches.len(), r.next_line, r.capped), (100, None, false));
+        // One more: it waits for the next call.
+        let over = format!("{exact}{}", line('m', 1));
+        let r = block_on(grep(&Mem::new_vec(over.into_bytes()), GrepRequest::new(&re))).unwrap();
+        assert_eq!((r.matches.len(), r.next_line, r.capped), (100, Some(101), true));
+        // Context counts too: before-context and match, then match and after-context.
+        let pairs: String = (0..100).map(|_| line('c', 500) + &line('m', 500)).collect();
+        let src = Mem::new_vec(pairs.into_bytes());
+        let r = block_on(grep(&src, GrepRequest { before: 1, ..GrepRequest::new(&re) })).unwrap();
+        assert_eq!((r.matches.len(), r.capped), (100, false));
+        assert!(r.matches.iter().all(|m| m.before.len() == 1));
+        let pairs: String = (0..100).map(|_| line('m', 500) + &line('c', 500)).collect();
+        let src = Mem::new_vec(format!("{pairs}m\n").into_bytes());
+        let r = block_on(grep(&src, GrepRequest { after: 1, ..GrepRequest::new(&re) })).unwrap();
+        assert_eq!((r.matches.len(), r.next_line), (100, Some(201)));
+        assert!(r.matches.iter().all(|m| m.after.len() == 1), "the last after-context fills the cap exactly");
+    }
+
+    #[test]
+    fn grep_limits_at_their_edges() {
+        let src = Mem::new_vec(b"a\nb\na".to_vec());
+        let re = compile_pattern("a", false, false).unwrap();
+        let run = |req: GrepRequest| block_on(grep(&src, req));
+        assert!(run(GrepRequest { before: MAX_CONTEXT, after: MAX_CONTEXT, ..GrepRequest::new(&re) }).is_ok());
+        assert!(matches!(
+            run(GrepRequest { after: MAX_CONTEXT + 1, ..GrepRequest::new(&re) }),
+            Err(PageError::InvalidArgument(_))
+        ));
+        // From the last line, from the line after it (nothing), and past that (an error).
+        assert_eq!(run(GrepRequest { from_line: 3, ..GrepRequest::new(&re) }).unwrap().matches[0].line, 3);
+        let after_end = run(GrepRequest { from_line: 4, ..GrepRequest::new(&re) }).unwrap();
+        assert_eq!((after_end.matches.len(), after_end.next_line), (0, None));
+        assert!(matches!(
+            run(GrepRequest { from_line: 5, ..GrepRequest::new(&re) }),
+            Err(PageError::RangeNotSatisfiable { .. })
+        ));
+        // The last match on the last line: nothing more to resume from.
+        let src = Mem::new_vec(b"b\na\n".to_vec());
+        let r = block_on(grep(&src, GrepRequest { max_matches: 1, ..GrepRequest::new(&re) })).unwrap();
+        assert_eq!((r.next_line, r.capped), (None, false));
+        assert!(compile_pattern(&"a".repeat(MAX_PATTERN), false, false).is_ok());
+    }
+
+    /// A source that counts its reads and may hide its line index (a damaged or missing index
+    /// degrades to a scan from the start).
+    struct Counted {
+        mem: Mem,
+        indexed: bool,
+        reads: std::sync::Mutex<Vec<(u64, u64)>>,
+    }
+
+    impl Counted {
+        fn new(data: Vec<u8>, indexed: bool) -> Self {
+            Self { mem: Mem::new_vec(data), indexed, reads: Default::default() }
+        }
+        fn take_reads(&self) -> Vec<(u64, u64)> {
+            std::mem::take(&mut self.reads.lock().unwrap())
+        }
+    }
+
+    #[async_trait]
+    impl Source for Counted {
+        fn size(&self) -> u64 {
+            self.mem.size()
+        }
+        fn total_lines(&self) -> u64 {
+            self.mem.total_lines()
+        }
+        fn digest(&self) -> Option<String> {
+            None
+        }
+        async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint> {
+            if self.indexed {
+                self.mem.checkpoint_for_offset(offset).await
+            } else {
+                Ok(Checkpoint { offset: 0, newlines: 0 })
+            }
+        }
+        async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint> {
+            if self.indexed {
+                self.mem.checkpoint_for_line(line).await
+            } else {
+                Ok(Checkpoint { offset: 0, newlines: 0 })
+            }
+        }
+        async fn read(&self, start: u64, end: u64) -> PageResult<Bytes> {
+            self.reads.lock().unwrap().push((start, end));
+            self.mem.read(start, end).await
+        }
+    }
+
+    fn numbered_lines(n: u32) -> Vec<u8> {
+        (1..=n).map(|i| format!("line {i}\n")).collect::<String>().into_bytes()
+    }
+
+    #[test]
+    fn any_line_costs_one_read_of_a_span_and_a_page() {
+        let src = Counted::new(numbered_lines(300_000), true);
+        let last = src.total_lines();
+        for line in [1, 2, 150_000, last - 1000, last - 1, last, last + 1] {
+            let p = block_on(line_page(&src, line, 3)).unwrap();
+            let want: String = (line..(line + 3).min(last + 1)).map(|i| format!("line {i}\n")).collect();
+            assert_eq!(p.content, want, "line {line}");
+            let reads = src.take_reads();
+            assert_eq!(reads.len(), 1, "line {line}: {reads:?}");
+            let (start, end) = reads[0];
+            assert!(end - start <= lines::CHECKPOINT_EVERY + READ_CAP as u64, "line {line}: {reads:?}");
+        }
+        // A byte page reads from its checkpoint to three bytes past its end, no more.
+        for (offset, limit) in [(0, 10), (1_000_000, 500), (2_000_000, 1)] {
+            let p = block_on(byte_page(&src, offset, limit)).unwrap();
+            let before = src.mem.data[..offset as usize].iter().filter(|&&b| b == b'\n').count() as u64;
+            assert_eq!(p.start_line, 1 + before, "offset {offset}");
+            let reads = src.take_reads();
+            assert_eq!(reads.len(), 1);
+            assert!(offset - reads[0].0 < lines::CHECKPOINT_EVERY && reads[0].1 == offset + limit + 3, "{reads:?}");
+        }
+    }
+
+    #[test]
+    fn without_an_index_pages_and_grep_scan_to_the_same_answers() {
+        for data in [numbered_lines(400_000), [numbered_lines(1000), b"no newline at the end".to_vec()].concat()] {
+            let indexed = Counted::new(data.clone(), true);
+            let scanned = Counted::new(data, false);
+            let last = indexed.total_lines();
+            for line in [1, 2, 1000, last / 2, last - 1, last, last + 1] {
+                for lines in [1, 100_000] {
+                    let want = block_on(line_page(&indexed, line, lines)).unwrap();
+                    assert_eq!(block_on(line_page(&scanned, line, lines)).unwrap(), want, "line {line}");
+                }
+                for (start, end) in scanned.take_reads() {
+                    assert!(
+                        end - start <= lines::CHECKPOINT_EVERY + READ_CAP as u64,
+                        "a step reads at most a span and a page"
+                    );
+                }
+                let re = compile_pattern("1$", false, false).unwrap();
+                let req = || GrepRequest { from_line: line, max_matches: 3, before: 1, ..GrepRequest::new(&re) };
+                let want = block_on(grep(&indexed, req())).unwrap();
+                assert_eq!(block_on(grep(&scanned, req())).unwrap(), want, "grep from {line}");
+                scanned.take_reads();
+            }
+        }
+    }
+
+    #[test]
+    fn line_pages_at_their_edges() {
+        let src = Mem::new_vec(b"a\nb\nc".to_vec());
+        assert!(matches!(block_on(line_page(&src, 0, 5)), Err(PageError::InvalidArgument(_))));
+        assert!(matches!(block_on(line_page(&src, 1, 0)), Err(PageError::InvalidArgument(_))));
+        let p = block_on(line_page(&src, 1, 1)).unwrap();
+        assert_eq!((p.content.as_str(), p.next_line), ("a\n", Some(2)));
+        // The last line, without a newline: whole, not capped.
+        let p = block_on(line_page(&src, 3, 10)).unwrap();
+        assert_eq!((p.content.as_str(), p.capped, p.eof), ("c", false, true));
+        let p = block_on(line_page(&Mem::new_vec(b"abc".to_vec()), 1, 10)).unwrap();
+        assert_eq!((p.content.as_str(), p.capped, p.eof), ("abc", false, true));
+        // The line after the last, when the last has no newline: empty, at the end.
+        let p = block_on(line_page(&src, 4, 1)).unwrap();
+        assert_eq!((p.content.as_str(), p.offset, p.eof), ("", 5, true));
     }
 
     #[test]
