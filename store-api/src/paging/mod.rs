@@ -279,14 +279,14 @@ pub async fn line_page(src: &dyn Source, line: u64, lines: u64) -> PageResult<Re
         }
     }
     let mut capped = false;
-    if taken < lines && len < window.len() {
+    if taken < lines {
         if end == size {
-            len = window.len(); // the last line, without a final newline
+            len = window.len(); // to the end: the last line may have no final newline
         } else if taken == 0 {
             len = utf8_cut(&window).max(1); // one line longer than the cap: go on by bytes
             capped = true;
         } else {
-            capped = true;
+            capped = true; // the cap stopped the page, between lines or inside the next one
         }
     }
     let mut content = to_content(&window[..len]);
@@ -561,8 +561,8 @@ fn before_context(
         .enumerate()
         .map(|(k, (s, e))| context_line(line - 1 - k as u64, &hay[s..e]))
         .collect();
-    let first = line - lines.len() as u64;
-    lines.extend(recent.iter().rev().filter(|c| c.line < first).take(n - lines.len()).cloned());
+    // `recent` holds the lines just before this window, all before the ones found here.
+    lines.extend(recent.iter().rev().take(n - lines.len()).cloned());
     lines.reverse();
     lines
 }
@@ -980,8 +980,9 @@ mod tests {
             let src = Mem::new_vec(text.clone().into_bytes());
             let re = compile_pattern(pattern, false, false).unwrap();
             let walk = Walk { window, scan_limit };
-            let (mut found, mut from) = (Vec::new(), 1);
+            let (mut found, mut from, mut calls) = (Vec::new(), 1, 0u64);
             loop {
+                calls += 1;
                 let r = block_on(grep_walking(&src, GrepRequest { from_line: from, ..GrepRequest::new(&re) }, walk))
                     .unwrap();
                 prop_assert_eq!(r.capped, r.next_line.is_some());
@@ -995,6 +996,8 @@ mod tests {
                 }
             }
             prop_assert_eq!(found, grep_oracle(&text, &re, 1, usize::MAX, 0, 0).matches);
+            // A call reads windows until it passes its limit: at most limit + window bytes.
+            prop_assert!(calls * (scan_limit + window) >= text.len() as u64, "{} calls", calls);
         }
     }
 
@@ -1033,12 +1036,33 @@ mod tests {
             assert_eq!(shorten(&line, at), (want, true), "match at {at}");
         }
         // Never inside a character: back to its first byte, and no half character at the end.
-        let line = "€".repeat(4000);
-        let (text, shortened) = shorten(line.as_bytes(), 6000);
-        assert!(shortened);
-        assert_eq!(text, "€".repeat(GREP_LINE_MAX / 3));
-        let lead = (6000 - GREP_LINE_MAX / 8) / 3 * 3;
-        assert_eq!(text.as_bytes(), &line.as_bytes()[lead..lead + GREP_LINE_MAX / 3 * 3]);
+        let line: String = (0..4000).map(|i| ['€', 'é', 'x', '😀', 'ж'][i % 5]).collect();
+        for at in [4000, 5000, 6000, 6001, 6002] {
+            let mut lead = at - GREP_LINE_MAX / 8;
+            while !line.is_char_boundary(lead) {
+                lead -= 1;
+            }
+            let mut end = lead + GREP_LINE_MAX;
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            assert_eq!(shorten(line.as_bytes(), at), (line[lead..end].to_owned(), true), "match at {at}");
+        }
+        // A line of continuation bytes alone (binary): the walk back stops at its start.
+        let (text, shortened) = shorten(&[0x80; 5000], 4000);
+        assert!(shortened && text.chars().all(|c| c == char::REPLACEMENT_CHARACTER));
+    }
+
+    #[test]
+    fn a_line_page_stopped_by_the_cap_between_lines_says_so() {
+        // Whole lines that fill the cap exactly, and more after them.
+        let src = Mem::new_vec([&b"123456789\n".repeat(READ_CAP / 10)[..], b"more\n"].concat());
+        let p = block_on(line_page(&src, 1, 20_000)).unwrap();
+        assert_eq!((p.length, p.next_line, p.capped), (READ_CAP as u64, Some(10_001), true));
+        // The same lines as the whole blob: not capped.
+        let src = Mem::new_vec(b"123456789\n".repeat(READ_CAP / 10));
+        let p = block_on(line_page(&src, 1, 20_000)).unwrap();
+        assert_eq!((p.length, p.eof, p.capped), (READ_CAP as u64, true, false));
     }
 
     #[test]
@@ -1075,6 +1099,32 @@ mod tests {
         let r = block_on(grep(&src, GrepRequest { after: 1, ..GrepRequest::new(&re) })).unwrap();
         assert_eq!((r.matches.len(), r.next_line), (100, Some(201)));
         assert!(r.matches.iter().all(|m| m.after.len() == 1), "the last after-context fills the cap exactly");
+    }
+
+    /// The text budget runs out on the second after-context line of a match whose window ended
+    /// right after it: the answer resumes from that line.
+    #[test]
+    fn grep_budget_runs_out_on_after_context_owed_by_the_next_window() {
+        let mut text = String::new();
+        for _ in 0..24 {
+            text += &format!("m{}\nc\nc\n", "x".repeat(3999)); // 4,002 bytes of text each, context included
+        }
+        let last_match = format!("m{}\n", "x".repeat(2999));
+        let filler = WINDOW as usize - text.len() - last_match.len();
+        for _ in 0..filler / 100 {
+            text += &format!("{}\n", "f".repeat(99));
+        }
+        text += &format!("{}\n", "f".repeat(filler % 100 - 1));
+        text += &last_match;
+        assert_eq!(text.len() as u64, WINDOW, "the last match ends the first window");
+        let after_line = text.lines().count() as u64 + 1;
+        text += &format!("c\n{}\nc\n", "y".repeat(2000));
+        let src = Mem::new_vec(text.into_bytes());
+        let re = compile_pattern("^m", false, false).unwrap();
+        let r = block_on(grep(&src, GrepRequest { after: 2, ..GrepRequest::new(&re) })).unwrap();
+        assert_eq!(r.matches.len(), 25);
+        assert_eq!(r.matches[24].after, [ContextLine { line: after_line, text: "c".into() }]);
+        assert_eq!((r.next_line, r.capped), (Some(after_line + 1), true));
     }
 
     #[test]
