@@ -96,6 +96,23 @@ pub struct GrepRequest {
     pub after: Option<u32>,
 }
 
+impl GrepRequest {
+    fn query(&self) -> Vec<(&'static str, String)> {
+        let mut q = vec![("pattern", self.pattern.clone())];
+        if self.ignore_case {
+            q.push(("ignore_case", "true".into()));
+        }
+        if self.fixed {
+            q.push(("fixed", "true".into()));
+        }
+        q.extend(self.from_line.map(|n| ("from_line", n.to_string())));
+        q.extend(self.max_matches.map(|n| ("max_matches", n.to_string())));
+        q.extend(self.before.map(|n| ("before", n.to_string())));
+        q.extend(self.after.map(|n| ("after", n.to_string())));
+        q
+    }
+}
+
 /// A client of one store, with one token.
 #[derive(Debug, Clone)]
 pub struct StoreClient {
@@ -208,18 +225,12 @@ impl StoreClient {
 
     /// Matching lines of a blob.
     pub async fn grep(&self, digest: &str, g: &GrepRequest) -> Result<GrepResponse> {
-        let mut q = vec![("pattern", g.pattern.clone())];
-        if g.ignore_case {
-            q.push(("ignore_case", "true".into()));
-        }
-        if g.fixed {
-            q.push(("fixed", "true".into()));
-        }
-        q.extend(g.from_line.map(|n| ("from_line", n.to_string())));
-        q.extend(g.max_matches.map(|n| ("max_matches", n.to_string())));
-        q.extend(g.before.map(|n| ("before", n.to_string())));
-        q.extend(g.after.map(|n| ("after", n.to_string())));
-        decode(self.req(Method::GET, &format!("/v1/blobs/{digest}/grep")).query(&q).send().await?).await
+        decode(self.req(Method::GET, &format!("/v1/blobs/{digest}/grep")).query(&g.query()).send().await?).await
+    }
+
+    /// Matching lines of a stream so far (of its blob, once sealed).
+    pub async fn grep_stream(&self, id: &str, g: &GrepRequest) -> Result<GrepResponse> {
+        decode(self.req(Method::GET, &format!("/v1/streams/{id}/grep")).query(&g.query()).send().await?).await
     }
 
     /// Pins a blob in this namespace (admin).

@@ -191,6 +191,9 @@ pub struct RefEntry {
     pub digest: String,
     /// Its size.
     pub size: u64,
+    /// Its lines, counted as the read API counts them (added in v1.1; 0 from older servers).
+    #[serde(default)]
+    pub lines: u64,
     /// The reference's labels.
     pub labels: Labels,
     /// RFC 3339.

@@ -51,6 +51,8 @@ pub struct RefRow {
     pub digest: String,
     /// Blob size.
     pub size: u64,
+    /// Lines as the contract counts them.
+    pub lines: u64,
     /// Labels given at upload.
     pub labels: Labels,
     /// When the reference was made, in milliseconds since the epoch.
@@ -297,7 +299,7 @@ impl Db {
         now: i64,
     ) -> Result<Vec<RefRow>, sqlx::Error> {
         let mut sql = String::from(
-            "SELECT r.id, r.digest, r.labels, r.created_at, r.expires_at, r.pinned, b.size \
+            "SELECT r.id, r.digest, r.labels, r.created_at, r.expires_at, r.pinned, b.size, b.lines \
              FROM refs r JOIN blobs b ON b.digest = r.digest \
              WHERE r.namespace = $1 AND (r.pinned = 1 OR r.expires_at > $2) AND r.id < $3",
         );
@@ -323,6 +325,7 @@ impl Db {
                     id: r.try_get("id")?,
                     digest: r.try_get("digest")?,
                     size: r.try_get::<i64, _>("size")? as u64,
+                    lines: r.try_get::<i64, _>("lines")? as u64,
                     labels: serde_json::from_str(&labels).unwrap_or_default(),
                     created_at: r.try_get("created_at")?,
                     expires_at: r.try_get("expires_at")?,

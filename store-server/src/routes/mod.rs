@@ -9,6 +9,7 @@ mod query;
 mod read;
 mod refs;
 mod streams;
+mod ui;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,6 +44,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/streams/{id}", get(streams::get_stream))
         .route("/v1/streams/{id}/append", post(streams::append_stream))
         .route("/v1/streams/{id}/read", get(streams::read_stream))
+        .route("/v1/streams/{id}/grep", get(streams::grep_stream))
         .route("/v1/streams/{id}/seal", post(streams::seal_stream))
         .fallback(not_found);
     Router::new()
@@ -50,6 +52,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
+        .merge(ui::routes())
         .merge(v1)
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn_with_state(

@@ -28,6 +28,7 @@ use utoipa::OpenApi;
         super::streams::get_stream,
         super::streams::append_stream,
         super::streams::read_stream,
+        super::streams::grep_stream,
         super::streams::seal_stream,
     ),
     components(schemas(spillway_api::ErrorBody, spillway_api::ErrorCode, spillway_api::ErrorDetail))

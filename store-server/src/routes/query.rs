@@ -6,6 +6,46 @@ use spillway_api::{ReadPage, DEFAULT_PAGE_LINES, READ_CAP};
 
 use crate::error::{ApiError, ApiResult};
 
+/// Query of grep.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct GrepQuery {
+    /// Rust `regex` syntax.
+    pattern: String,
+    /// Case-insensitive.
+    #[serde(default)]
+    ignore_case: bool,
+    /// Treat the pattern as a literal.
+    #[serde(default)]
+    fixed: bool,
+    /// 1-based line to start at.
+    from_line: Option<u64>,
+    /// Most matches to return.
+    max_matches: Option<usize>,
+    /// Context lines before each match (at most 100).
+    before: Option<usize>,
+    /// Context lines after each match (at most 100).
+    after: Option<usize>,
+}
+
+impl GrepQuery {
+    /// The pattern, compiled with the limits every backend shares.
+    pub(crate) fn compile(&self) -> ApiResult<regex::bytes::Regex> {
+        Ok(page::compile_pattern(&self.pattern, self.fixed, self.ignore_case)?)
+    }
+
+    /// The search this query asks for.
+    pub(crate) fn request<'a>(&self, regex: &'a regex::bytes::Regex) -> page::GrepRequest<'a> {
+        page::GrepRequest {
+            regex,
+            from_line: self.from_line.unwrap_or(1),
+            max_matches: self.max_matches.unwrap_or(usize::MAX),
+            before: self.before.unwrap_or(0),
+            after: self.after.unwrap_or(0),
+        }
+    }
+}
+
 /// Query of the capped read API.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]

@@ -55,6 +55,7 @@ pub(super) async fn list_refs(
         .map(|r| RefEntry {
             digest: format!("blake3:{}", r.digest),
             size: r.size,
+            lines: r.lines,
             labels: r.labels.clone(),
             created_at: rfc3339(r.created_at),
             expires_at: r.expires_at.map(rfc3339),

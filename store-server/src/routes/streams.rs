@@ -12,11 +12,12 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::Deserialize;
 use spillway_api::{
-    AppendResponse, BlobRecord, Labels, ReadPage, SealRequest, StreamCreated, StreamInfo, StreamState, MAX_WAIT_MS,
+    AppendResponse, BlobRecord, GrepResponse, Labels, ReadPage, SealRequest, StreamCreated, StreamInfo, StreamState,
+    MAX_WAIT_MS,
 };
 
 use super::extract::{json_object_body, RefOptions, Q};
-use super::query::{page_of, Position, ReadQuery};
+use super::query::{page_of, GrepQuery, Position, ReadQuery};
 use crate::auth::{Caller, Scope};
 use crate::db::{AppendOutcome, Db, StreamRow};
 use crate::error::{src_err, ApiError, ApiResult};
@@ -25,7 +26,7 @@ use crate::state::AppState;
 use crate::store::BlobSource;
 use crate::upload::{self, RefSpec};
 use spillway_api::paging::lines::Checkpoint;
-use spillway_api::paging::{PageResult, Source};
+use spillway_api::paging::{self, PageResult, Source};
 
 /// An append's body is stored in pieces of this size (an append of any size is taken).
 const APPEND_PIECE: usize = 4 << 20;
@@ -260,6 +261,47 @@ pub(super) async fn read_stream(
     }
 }
 
+/// `GET /v1/streams/{id}/grep`: grep over what is written so far (the blob, once sealed),
+/// with the parameters and answer of blob grep.
+#[utoipa::path(get, path = "/v1/streams/{id}/grep", params(("id" = String, Path), GrepQuery),
+    responses((status = 200, body = GrepResponse), (status = 400, body = spillway_api::ErrorBody)))]
+pub(super) async fn grep_stream(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Q(q): Q<GrepQuery>,
+) -> ApiResult<Json<GrepResponse>> {
+    caller.require(Scope::Read)?;
+    let regex = q.compile()?;
+    let row = find(&state, &caller, &id).await?;
+    let digest = match row.digest.clone() {
+        Some(digest) => digest,
+        None => match paging::grep(&StreamSource { db: state.db.clone(), row }, q.request(&regex))
+            .await
+            .map_err(ApiError::from)
+        {
+            // Sealed while we searched (its chunks went): the blob has the same bytes.
+            Err(ApiError::Unavailable(_)) => find(&state, &caller, &id)
+                .await?
+                .digest
+                .ok_or_else(|| ApiError::Unavailable("the stream changed while it was searched; retry".into()))?,
+            found => return Ok(Json(found?)),
+        },
+    };
+    let src = sealed_source(&state, &caller, &id, &digest).await?;
+    Ok(Json(paging::grep(&src, q.request(&regex)).await?))
+}
+
+/// The blob a sealed stream became, as a read source.
+async fn sealed_source(state: &AppState, caller: &Caller, id: &str, digest: &str) -> ApiResult<BlobSource> {
+    let blob = state
+        .db
+        .visible_blob(&caller.namespace, digest, state.now())
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("stream {id}")))?;
+    BlobSource::new(state, &blob)
+}
+
 /// Whether a reader at the end should wait: the stream is open, or being sealed (its blob is
 /// about to be named, and the page that ends the wait should name it).
 fn may_grow(row: &StreamRow) -> bool {
@@ -268,12 +310,7 @@ fn may_grow(row: &StreamRow) -> bool {
 
 /// A read of a sealed stream: its chunks became a blob.
 async fn sealed_page(state: &AppState, caller: &Caller, id: &str, digest: &str, q: &ReadQuery) -> ApiResult<PageJson> {
-    let blob = state
-        .db
-        .visible_blob(&caller.namespace, digest, state.now())
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("stream {id}")))?;
-    let src = BlobSource::new(state, &blob)?;
+    let src = sealed_source(state, caller, id, digest).await?;
     let mut page = page_of(&src, q).await?;
     page.digest = Some(format!("blake3:{digest}"));
     Ok(PageJson(page))

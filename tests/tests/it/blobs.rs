@@ -296,6 +296,7 @@ async fn pins_deletes_and_refs_listing() {
     assert_eq!(list.refs.len(), 1);
     assert_eq!(list.refs[0].digest, err.digest.to_string());
     assert_eq!(list.refs[0].labels["tool"], "bash");
+    assert_eq!((list.refs[0].size, list.refs[0].lines), (12, 1));
     let all = c.list_refs(&[("tool", "bash")], Some(1), None).await.unwrap();
     assert_eq!(all.refs[0].digest, err.digest.to_string(), "newest first");
     let next = c.list_refs(&[("tool", "bash")], Some(1), all.next_cursor.as_deref()).await.unwrap();

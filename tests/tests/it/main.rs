@@ -11,3 +11,4 @@ mod replicas;
 mod retention;
 mod streams;
 mod support;
+mod ui;

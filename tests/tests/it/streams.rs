@@ -178,3 +178,28 @@ async fn large_appends_store_up_to_the_cap() {
     );
     srv.stop().await;
 }
+
+#[tokio::test]
+async fn grep_searches_a_stream_while_it_is_written_and_after_its_seal() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    let s = c.create_stream(&UploadOptions::default()).await.unwrap();
+    c.append(&s.id, 0, Bytes::from("ok 1\nERROR 2\nok 3\nERR")).await.unwrap();
+    let g = spillway_client::GrepRequest { pattern: "^ERR".into(), after: Some(1), ..Default::default() };
+    let open = c.grep_stream(&s.id, &g).await.unwrap();
+    let found: Vec<(u64, &str)> = open.matches.iter().map(|m| (m.line, m.text.as_str())).collect();
+    assert_eq!(found, [(2, "ERROR 2"), (4, "ERR")], "the unfinished last line is searched too");
+    assert_eq!(open.matches[0].after[0].text, "ok 3");
+    c.append(&s.id, 21, Bytes::from("OR 4\nERROR 5\n")).await.unwrap();
+    c.seal(&s.id).await.unwrap();
+    let sealed = c.grep_stream(&s.id, &g).await.unwrap();
+    let lines: Vec<u64> = sealed.matches.iter().map(|m| m.line).collect();
+    assert_eq!(lines, [2, 4, 5]);
+    assert_eq!(sealed.matches[1].text, "ERROR 4");
+    // The same refusals as blob grep; another namespace sees no such stream.
+    let bad = spillway_client::GrepRequest { pattern: "(".into(), ..Default::default() };
+    assert_eq!(api_code(&c.grep_stream(&s.id, &bad).await.unwrap_err()), (400, "invalid_argument".into()));
+    let other = srv.client_for("ns-b", ALL).await;
+    assert_eq!(api_code(&other.grep_stream(&s.id, &g).await.unwrap_err()), (404, "not_found".into()));
+    assert_eq!(api_code(&c.grep_stream("nope", &g).await.unwrap_err()), (400, "invalid_argument".into()));
+}
