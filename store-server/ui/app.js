@@ -350,6 +350,8 @@ const viewer = {
     } finally {
       if (gen === this.gen) this.busy = false;
     }
+    // The lines above too, so that scrolling up works at once (the line stays where it is).
+    await this.loadBefore();
     await this.fill();
   },
 
@@ -668,6 +670,8 @@ function wire() {
   $('next-match').addEventListener('click', () => viewer.jump(viewer.search.current + 1).catch(explain));
   $('prev-match').addEventListener('click', () => viewer.jump(viewer.search.current - 1).catch(explain));
   $('content').addEventListener('scroll', () => viewer.onScroll(), { passive: true });
+  // At the very top a wheel turn scrolls nothing, so it asks for the lines above itself.
+  $('content').addEventListener('wheel', (e) => e.deltaY < 0 && viewer.onScroll(), { passive: true });
   window.addEventListener('hashchange', route);
   route();
 }

@@ -43,12 +43,13 @@ async fn driver() -> Driver {
     driver
 }
 
-async fn browser(driver: &Driver) -> Client {
+async fn browser(driver: &Driver, downloads: &std::path::Path) -> Client {
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),
         serde_json::json!({
             "binary": "/usr/bin/chromium",
+            "prefs": {"download.default_directory": downloads, "download.prompt_for_download": false},
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                      "--window-size=1280,860", "--lang=en-US"],
         }),
@@ -138,7 +139,8 @@ async fn viewer_in_a_real_browser() {
     c.append(&stream.id, 0, Bytes::from(first.clone())).await.unwrap();
 
     let driver = driver().await;
-    let b = browser(&driver).await;
+    let downloads = tempfile::tempdir().unwrap();
+    let b = browser(&driver, downloads.path()).await;
 
     // The UI's answers carry the security headers; `/` leads to it.
     let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
@@ -207,6 +209,29 @@ async fn viewer_in_a_real_browser() {
     let reads: Vec<&String> = fetched.iter().filter(|u| u.contains("/v1/blobs/")).collect();
     assert!(reads.len() >= 2 && reads.iter().all(|u| u.contains("/read?")), "not only pages: {fetched:?}");
 
+    // The lines above are there to scroll up to, and scrolling up fetches more; a line past
+    // the end says so.
+    goto_line(&b, 999_000).await;
+    see_text(&b, ".row.target", "line 999000").await;
+    see_text(&b, ".row[data-n='998999']", "line 998999").await;
+    b.execute("document.getElementById('content').scrollTop = 0;", vec![]).await.unwrap();
+    see_text(&b, ".row[data-n='998001']", "line 998001").await;
+    goto_line(&b, 1_000_002).await;
+    see_containing(&b, "#message", "Past the end").await;
+    // Scrolling down from line 1 fetches the next pages.
+    goto_line(&b, 1).await;
+    see_text(&b, ".row.target", "line 1").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.find(Locator::Css(".row[data-n='2000']")).await.is_err() {
+        assert!(Instant::now() < deadline, "scrolling down never reached line 2000");
+        b.execute("const c = document.getElementById('content'); c.scrollTop = c.scrollHeight;", vec![]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    see_text(&b, ".row[data-n='2000']", "line 2000").await;
+    // The permalink names the output and the line, and nothing else.
+    find(&b, "#permalink").await.click().await.unwrap();
+    see_containing(&b, "#message", &format!("/ui/#/blob/{big}?line=1")).await;
+
     // Search, jump to a match, and step to the next one.
     fill(&b, "#search-input", "^line 5000[0-9]$").await;
     find(&b, "#search-form button").await.click().await.unwrap();
@@ -217,6 +242,29 @@ async fn viewer_in_a_real_browser() {
     see_text(&b, "#results li.current", "50001: line 50001").await;
     find(&b, "#results li:nth-child(5)").await.click().await.unwrap();
     see_text(&b, ".row.target", "line 50004").await;
+
+    // Past the first call's matches: "load more" asks from where it stopped.
+    fill(&b, "#search-input", "7$").await;
+    find(&b, "#search-form button").await.click().await.unwrap();
+    see_containing(&b, "#search-status", "200+ matching lines").await;
+    find(&b, "#results-more").await.click().await.unwrap();
+    see_containing(&b, "#search-status", "400+ matching lines").await;
+    see_text(&b, "#results li:nth-child(201)", "2007: line 2007").await;
+
+    // By its SHA-256 too; the exact bytes download.
+    let small = "first\nsecond\n";
+    let small_rec = c.put(Bytes::from(small), &opts).await.unwrap();
+    open(&b, &small_rec.sha256.to_string()).await;
+    see_text(&b, ".row[data-n='2']", "second").await;
+    find(&b, "#download").await.click().await.unwrap();
+    let saved = downloads.path().join(format!("{}.txt", small_rec.digest.hex()));
+    crate::support::eventually("the download is saved", || std::fs::read(&saved).is_ok_and(|b| b == small.as_bytes()))
+        .await;
+    // Bytes that are not UTF-8 are shown as such.
+    let binary = c.put(Bytes::from_static(b"\x00\xff\xfe binary\n"), &opts).await.unwrap();
+    open(&b, &binary.digest.to_string()).await;
+    see_text(&b, ".row[data-n='1']", "\u{0}\u{FFFD}\u{FFFD} binary").await;
+    assert!(find(&b, "#binary-note").await.is_displayed().await.unwrap());
 
     // Markup in an output is text: shown as written, and nothing runs.
     open(&b, &evil_digest).await;
@@ -242,7 +290,7 @@ async fn viewer_in_a_real_browser() {
     b.goto(&format!("{}/ui/#/refs?label.tool=ui-test", srv.url)).await.unwrap();
     find(&b, "#refs-table tbody tr:nth-child(3)").await;
     let listed = b.execute("return document.querySelectorAll('#refs-table tbody tr').length;", vec![]).await.unwrap();
-    assert_eq!(listed, 3, "two uploads and the sealed stream");
+    assert_eq!(listed, 5, "four uploads and the sealed stream");
 
     // The token was never in a URL the browser visited, a cookie or local storage.
     let visited = urls_visited(&b).await;
@@ -267,7 +315,8 @@ async fn screenshot() {
     let opts = UploadOptions::default().label("tool", "bash").label("stream", "stdout");
     let digest = c.put(Bytes::from(std::fs::read(&log).unwrap()), &opts).await.unwrap().digest.to_string();
     let driver = driver().await;
-    let b = browser(&driver).await;
+    let downloads = tempfile::tempdir().unwrap();
+    let b = browser(&driver, downloads.path()).await;
     b.goto(&format!("{}/ui/", srv.url)).await.unwrap();
     sign_in(&b, &srv.token).await;
     find(&b, "#home:not([hidden])").await;
