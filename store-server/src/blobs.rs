@@ -86,6 +86,12 @@ impl From<std::io::Error> for BlobError {
     }
 }
 
+impl From<tokio::task::JoinError> for BlobError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        Self::Storage(e.into())
+    }
+}
+
 impl From<object_store::Error> for BlobError {
     fn from(e: object_store::Error) -> Self {
         match e {
@@ -262,6 +268,57 @@ pub struct BlobStore {
     store: Arc<dyn ObjectStore>,
     /// Set for `file://` stores: uploads go through plain files so they can be fsynced.
     local_root: Option<PathBuf>,
+    /// `file://` stores: open blob files, for ranged reads.
+    open_files: Arc<OpenFiles>,
+}
+
+/// Most blob files kept open.
+const OPEN_FILES_MAX: usize = 256;
+
+/// Open blob files by digest, so that a capped read is one `pread` rather than open, fstat,
+/// seek, read and close on the blocking pool. A digest names its content, so a descriptor
+/// always reads the right bytes; a deletion closes it, so that the space is freed.
+#[derive(Debug, Default)]
+struct OpenFiles {
+    map: std::sync::Mutex<std::collections::HashMap<Digest, Arc<std::fs::File>>>,
+}
+
+impl OpenFiles {
+    fn get(&self, d: &Digest) -> Option<Arc<std::fs::File>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).get(d).cloned()
+    }
+
+    fn put(&self, d: Digest, file: Arc<std::fs::File>) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= OPEN_FILES_MAX {
+            let any = *map.keys().next().expect("a full map has a key");
+            map.remove(&any);
+        }
+        map.insert(d, file);
+    }
+
+    fn forget(&self, d: &Digest) {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(d);
+    }
+}
+
+/// Reads `buf.len()` bytes at `offset` from the page cache without blocking; returns how many
+/// it read before the data was not cached (the rest is for a blocking read).
+fn read_cached(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    use rustix::io::{preadv2, Errno, ReadWriteFlags};
+    let mut done = 0;
+    while done < buf.len() {
+        let mut slices = [std::io::IoSliceMut::new(&mut buf[done..])];
+        match preadv2(file, &mut slices, offset + done as u64, ReadWriteFlags::NOWAIT) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => done += n,
+            // Not cached, or a kernel or file system without RWF_NOWAIT: the blocking pool.
+            Err(Errno::AGAIN | Errno::OPNOTSUPP | Errno::NOSYS | Errno::INVAL) => break,
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(done)
 }
 
 impl std::fmt::Debug for BlobStore {
@@ -301,7 +358,7 @@ impl BlobStore {
                 let s3 = builder.build()?;
                 let store: Arc<dyn ObjectStore> =
                     if prefix.as_ref().is_empty() { Arc::new(s3) } else { Arc::new(PrefixStore::new(s3, prefix)) };
-                let this = Self { store, local_root: None };
+                let this = Self { store, local_root: None, open_files: Arc::default() };
                 this.clean_object_tmp().await;
                 Ok(this)
             }
@@ -323,7 +380,7 @@ impl BlobStore {
         })
         .await??;
         let store = Arc::new(LocalFileSystem::new_with_prefix(&root)?);
-        Ok(Self { store, local_root: Some(root) })
+        Ok(Self { store, local_root: Some(root), open_files: Arc::default() })
     }
 
     async fn clean_object_tmp(&self) {
@@ -470,9 +527,7 @@ impl BlobStore {
                     Err(e) => return Err(e.into()),
                 }
                 let dir = dest.parent().map(FsPath::to_path_buf).unwrap_or_default();
-                tokio::task::spawn_blocking(move || fsync_dir(&dir))
-                    .await
-                    .map_err(|e| BlobError::Storage(e.into()))??;
+                tokio::task::spawn_blocking(move || fsync_dir(&dir)).await??;
             }
             (Tmp::Object(tmp), _) => self.store.copy(tmp, &key).await?,
             (Tmp::Inline(_), _) => {} // stored with the metadata row
@@ -486,7 +541,34 @@ impl BlobStore {
         if range.is_empty() {
             return Ok(Bytes::new());
         }
-        Ok(self.store.get_range(&blob_key(d), range).await?)
+        match &self.local_root {
+            Some(root) => self.read_local(root, d, range).await,
+            None => Ok(self.store.get_range(&blob_key(d), range).await?),
+        }
+    }
+
+    /// A range of a local blob: from the page cache on this thread when it is there (a capped
+    /// read of a busy blob never leaves the runtime), else on the blocking pool.
+    async fn read_local(&self, root: &FsPath, d: &Digest, range: Range<u64>) -> Result<Bytes, BlobError> {
+        let file = match self.open_files.get(d) {
+            Some(file) => file,
+            None => {
+                let path = root.join(blob_key(d).as_ref());
+                let file = Arc::new(tokio::task::spawn_blocking(move || std::fs::File::open(path)).await??);
+                self.open_files.put(*d, file.clone());
+                file
+            }
+        };
+        let mut buf = vec![0u8; (range.end - range.start) as usize];
+        let done = read_cached(&file, &mut buf, range.start)?;
+        if done < buf.len() {
+            buf = tokio::task::spawn_blocking(move || {
+                std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf[done..], range.start + done as u64)?;
+                Ok::<_, std::io::Error>(buf)
+            })
+            .await??;
+        }
+        Ok(Bytes::from(buf))
     }
 
     /// A blob (or a range of it) as a stream of chunks, for full downloads.
@@ -509,6 +591,7 @@ impl BlobStore {
 
     /// Deletes a blob's bytes; bytes that are already gone count as deleted.
     pub async fn delete(&self, d: &Digest) -> Result<(), BlobError> {
+        self.open_files.forget(d);
         match self.store.delete(&blob_key(d)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
@@ -561,4 +644,28 @@ impl BlobStore {
 
 fn chrono_like_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn ranges_come_from_open_files_until_the_blob_is_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open_local(dir.path().to_path_buf()).await.unwrap();
+        let data: Bytes = (0..300_000u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>().into();
+        let d = Digest::of(&data);
+        store.store.put(&blob_key(&d), data.clone().into()).await.unwrap();
+        for range in [0..1, 1000..101_000, 299_999..300_000, 0..300_000] {
+            let got = store.get_range(&d, range.clone()).await.unwrap();
+            assert_eq!(got, data.slice(range.start as usize..range.end as usize), "{range:?}");
+        }
+        assert!(store.open_files.get(&d).is_some(), "the file stays open for the next read");
+        // Past the end is an error, never a short answer.
+        assert!(store.get_range(&d, 299_000..300_001).await.is_err());
+        store.delete(&d).await.unwrap();
+        assert!(store.open_files.get(&d).is_none(), "a deletion closes the file");
+        assert!(matches!(store.get_range(&d, 0..10).await, Err(BlobError::NotFound)));
+    }
 }
