@@ -88,8 +88,8 @@ struct Edge {
 ///   buffer, so the answer is the contract's JSON);
 /// - while the disk is full, new writes are refused at once, so what space is left goes to
 ///   deletes and retention; any `507` releases the space reserve;
-/// - an upload's body (PUT, POST) that sends nothing for `body_idle_timeout` fails, and the
-///   answer to a write names the upload limit;
+/// - an upload's body (PUT, POST) that sends nothing for `body_idle_timeout` fails, the
+///   answer to a write names the upload limit, and a refused write closes its connection;
 /// - every error body is the contract's JSON, including those made before a handler runs
 ///   (405, an undecodable path).
 async fn edge(axum::extract::State(state): axum::extract::State<Arc<Edge>>, req: Request, next: Next) -> Response {
@@ -117,6 +117,11 @@ async fn edge(axum::extract::State(state): axum::extract::State<Arc<Edge>>, req:
     }
     if writes {
         resp.headers_mut().insert(MAX_BLOB_HEADER, axum::http::HeaderValue::from(state.config.max_blob_bytes));
+        if status.is_client_error() || status.is_server_error() {
+            // A refused write may leave its body unread, and the server then drops the
+            // connection: say so, so that no client sends its next request down it.
+            resp.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+        }
     }
     resp
 }

@@ -119,9 +119,14 @@ async fn bad_upload_options_are_400() {
     for q in ["ttl=abc", "ttl=0", "ttl=101", "label.BAD=x", "label.=x"] {
         let resp = c.request(Method::POST, &format!("/v1/blobs?{q}")).body("x").send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{q}");
+        // A refused write may leave its body unread: its connection is not reused.
+        assert_eq!(resp.headers()["connection"], "close", "{q}");
         let body: serde_json::Value = resp.json().await.unwrap();
         assert_eq!(body["error"]["code"], "invalid_argument", "{q}");
     }
+    let ok = c.request(Method::POST, "/v1/blobs?ttl=50").body("x").send().await.unwrap();
+    assert!(ok.status().is_success(), "{}", ok.status());
+    assert_ne!(ok.headers().get("connection").map(|v| v.as_bytes()), Some(&b"close"[..]));
     let long = "v".repeat(257);
     let resp = c.request(Method::POST, &format!("/v1/blobs?label.k={long}")).body("x").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
