@@ -512,9 +512,9 @@ const viewer = {
       for (;;) {
         const state = await this.refreshState();
         if (gen !== this.gen) return;
-        const stick = this.atBottom();
         const page = await api(`${this.base}/read`, { offset: this.end, wait_ms: WAIT_MS }, { signal: ctl.signal });
         if (gen !== this.gen) return;
+        const stick = this.atBottom(); // where the user is now, not when the wait began
         if (page.length > 0) {
           this.take(page);
           if (stick) $('content').scrollTop = $('content').scrollHeight;

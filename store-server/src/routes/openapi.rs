@@ -66,6 +66,8 @@ fn errors_of(method: &str, path: &str) -> Vec<(u16, &'static str)> {
         (401, "Missing or unknown token (`unauthorized`)."),
         (403, "The token lacks the scope (`forbidden`)."),
         (503, "A backend is down; safe to retry (`unavailable`)."),
+        (414, "The request target is over 8 KiB (`invalid_argument`)."),
+        (431, "The request headers are over 64 KiB (`invalid_argument`)."),
     ];
     let writes = matches!(method, "put" | "post");
     if path.contains('{') {

@@ -282,6 +282,25 @@ async fn viewer_in_a_real_browser() {
     see_containing(&b, "#follow-note", "Following").await;
     c.append(&stream.id, first.len() as u64, Bytes::from("line 4\nline 5\n")).await.unwrap();
     see_text(&b, ".row[data-n='5']", "line 5").await;
+    // More than a screen: the view keeps to the bottom while the user is there ...
+    let more: String = (6..=200).map(|i| format!("line {i}\n")).collect();
+    let mut size = c.stream_info(&stream.id).await.unwrap().size;
+    c.append(&stream.id, size, Bytes::from(more.clone())).await.unwrap();
+    size += more.len() as u64;
+    see_text(&b, ".row[data-n='200']", "line 200").await;
+    let at_bottom = "const c = document.getElementById('content');                      return c.scrollHeight - c.scrollTop - c.clientHeight < 4;";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.execute(at_bottom, vec![]).await.unwrap() != serde_json::json!(true) {
+        assert!(Instant::now() < deadline, "the view did not follow the new lines");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // ... and stays where the user scrolled to.
+    b.execute("document.getElementById('content').scrollTop = 0;", vec![]).await.unwrap();
+    see_containing(&b, "#follow-note", "Paused").await;
+    c.append(&stream.id, size, Bytes::from("line 201\n")).await.unwrap();
+    see_text(&b, ".row[data-n='201']", "line 201").await;
+    let top = b.execute("return document.getElementById('content').scrollTop;", vec![]).await.unwrap();
+    assert_eq!(top, serde_json::json!(0), "the view moved while the user read above");
     c.seal_with(&stream.id, &SealRequest { exit_code: Some(3), signal: None }).await.unwrap();
     see_containing(&b, "#stream-state", "sealed · exit 3").await;
     see_containing(&b, "#follow-note", "ended").await;
