@@ -275,6 +275,41 @@ mod tests {
         assert!(r.hint.as_deref().unwrap().contains("NOT saved"));
     }
 
+    /// A target whose saves take `delay` on the test's paused clock, and keep nothing.
+    #[derive(Debug)]
+    struct Slow(Duration);
+
+    struct Discard;
+
+    #[async_trait::async_trait]
+    impl crate::spill::SpillWriter for Discard {
+        async fn write(&mut self, _: Bytes, _: &mut Deadline) -> crate::Result<()> {
+            Ok(())
+        }
+        async fn finish(self: Box<Self>, _: &mut Deadline) -> crate::Result<Location> {
+            Ok(Location::Store { digest: "blake3:slow".into() })
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl SpillTarget for Slow {
+        async fn begin(&self, _: &[(String, String)]) -> crate::Result<Box<dyn crate::spill::SpillWriter>> {
+            tokio::time::sleep(self.0).await;
+            Ok(Box::new(Discard))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn saves_have_the_turn_deadline_from_when_the_turn_is_gated() {
+        let dir = tempfile::tempdir().unwrap();
+        for (delay, saved) in [(Duration::from_secs(2), true), (Duration::from_secs(4), false)] {
+            let g = Gate { spill: Arc::new(Slow(delay)), ..gate(dir.path()) };
+            let out = g.apply(vec![text(5_000, 'z')]).await;
+            let TurnResult::Receipt(r) = &out[0] else { panic!() };
+            assert_eq!(r.saved, saved, "a save of {delay:?} against the 3 s deadline");
+        }
+    }
+
     #[test]
     fn turns_parse_strings_and_receipts_and_name_the_bad_item() {
         let t = parse_turn(r#"["a", {"result": "b", "truncated": false, "total_size": 1, "total_lines": 1, "shown": [], "saved": true}]"#)

@@ -120,6 +120,7 @@ fn past_split_char(bytes: &[u8], at: usize) -> usize {
         .rev()
         .find(|&i| bytes[i] & 0xC0 != 0x80)
         .and_then(|i| bytes[i..].utf8_chunks().next()?.valid().chars().next().map(|c| i + c.len_utf8()))
+        // `>=` would do as well: a character that ends exactly at `at` gives `at` either way.
         .filter(|&end| end > at)
         .unwrap_or(at)
 }
