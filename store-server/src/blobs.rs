@@ -591,11 +591,14 @@ impl BlobStore {
 
     /// Deletes a blob's bytes; bytes that are already gone count as deleted.
     pub async fn delete(&self, d: &Digest) -> Result<(), BlobError> {
-        self.open_files.forget(d);
-        match self.store.delete(&blob_key(d)).await {
+        let deleted = match self.store.delete(&blob_key(d)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
-        }
+        };
+        // After the unlink: a read that opened the file while it was being deleted may have
+        // cached it, and would keep the space in use.
+        self.open_files.forget(d);
+        deleted
     }
 
     /// Every stored blob (not the inline ones): its digest, size and when its bytes were
