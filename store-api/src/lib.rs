@@ -46,7 +46,7 @@ pub fn valid_label_key(key: &str) -> bool {
 }
 
 /// Cases of a property test: `n`, or `PROPTEST_CASES` when set (`scripts/mutants` runs fewer).
-#[cfg(test)]
+#[cfg(all(test, feature = "paging"))]
 pub(crate) fn test_cases(n: u32) -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(n)
 }

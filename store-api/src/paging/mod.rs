@@ -404,6 +404,27 @@ impl GrepOut {
         true
     }
 
+    /// Ends the answer as capped, to be resumed at `line`.
+    fn stop_at(&mut self, line: u64) {
+        self.resp.next_line = Some(line);
+        self.resp.capped = true;
+    }
+
+    /// Gives the after-context the last match is still owed from the start of `hay` (line
+    /// `first_line`); false when the cap cut it short, which ends the answer.
+    fn pay_owed(&mut self, hay: &[u8], first_line: u64, finished: bool) -> bool {
+        for (n, (ls, le)) in line_spans(hay).take(self.owed_after).enumerate() {
+            if !self.push_after(context_line(first_line + n as u64, &hay[ls..le])) {
+                if !finished {
+                    self.stop_at(first_line + n as u64);
+                }
+                return false;
+            }
+            self.owed_after -= 1;
+        }
+        true
+    }
+
     /// Adds an after-context line to the last match, if it fits.
     fn push_after(&mut self, c: ContextLine) -> bool {
         if self.text_bytes + c.text.len() > READ_CAP {
@@ -436,19 +457,7 @@ pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResp
 
 async fn grep_walking(src: &dyn Source, req: GrepRequest<'_>, walk: Walk) -> PageResult<GrepResponse> {
     let size = src.size();
-    let total_lines = src.total_lines();
-    if req.from_line == 0 {
-        return Err(PageError::InvalidArgument("from_line starts at 1".into()));
-    }
-    if req.max_matches == 0 {
-        return Err(PageError::InvalidArgument("max_matches must be at least 1".into()));
-    }
-    if req.before > MAX_CONTEXT || req.after > MAX_CONTEXT {
-        return Err(PageError::InvalidArgument(format!("context is at most {MAX_CONTEXT} lines")));
-    }
-    if req.from_line > total_lines + 1 {
-        return Err(past_end(format!("from_line {} is past the end ({total_lines} lines)", req.from_line), size));
-    }
+    check_grep(&req, src.total_lines(), size)?;
     let mut out = GrepOut {
         resp: GrepResponse { matches: Vec::new(), next_line: None, capped: false },
         text_bytes: 0,
@@ -464,82 +473,123 @@ async fn grep_walking(src: &dyn Source, req: GrepRequest<'_>, walk: Walk) -> Pag
     let mut finished = false;
     while pos < size {
         if pos >= scan_end && !finished {
-            out.resp.next_line = Some(cur_line);
-            out.resp.capped = true;
+            out.stop_at(cur_line);
             return Ok(out.resp);
         }
         let buf = read_checked(src, pos, size.min(pos + walk.window)).await?;
         let at_eof = pos + buf.len() as u64 == size;
         let usable = if at_eof { buf.len() } else { memchr::memrchr(b'\n', &buf).map_or(buf.len(), |i| i + 1) };
         let hay = &buf[..usable];
-        let first_line = cur_line;
-        // After-context owed by the previous window's last match.
-        for (n, (ls, le)) in line_spans(hay).take(out.owed_after).enumerate() {
-            if !out.push_after(context_line(first_line + n as u64, &hay[ls..le])) {
-                if !finished {
-                    out.resp.next_line = Some(first_line + n as u64);
-                    out.resp.capped = true;
-                }
-                return Ok(out.resp);
-            }
-            out.owed_after -= 1;
+        if !out.pay_owed(hay, cur_line, finished) {
+            return Ok(out.resp);
         }
         if finished {
             if out.owed_after == 0 {
                 return Ok(out.resp);
             }
             cur_line += newlines(hay);
-            pos += usable as u64;
-            continue;
+        } else {
+            let window = Window { hay, mid_line, at_eof, offset: pos, size };
+            match scan_window(&req, &mut out, &window, &mut cur_line) {
+                Scanned::Capped => return Ok(out.resp),
+                Scanned::Finished => finished = true,
+                Scanned::Whole => {}
+            }
+            remember_tail(&mut out.recent, hay, cur_line, req.before);
+            mid_line = hay.last() != Some(&b'\n');
         }
-        let (mut at, mut counted) = (0usize, 0usize);
-        while at < usable {
-            let Some(m) = req.regex.find_at(hay, at) else {
-                break;
-            };
-            let ls = memchr::memrchr(b'\n', &hay[..m.start()]).map_or(0, |i| i + 1);
-            let le = memchr::memchr(b'\n', &hay[m.start()..]).map_or(usable, |i| m.start() + i);
-            cur_line += newlines(&hay[counted..ls]);
-            counted = ls;
-            at = le + 1;
-            if out.resp.matches.last().is_some_and(|last| last.line == cur_line) {
-                continue; // the same over-long line, continued from the previous window
-            }
-            let (text, shortened) = shorten(&hay[ls..le], m.start() - ls);
-            // Only part of a line longer than the window is at hand: the text is not all of it.
-            let partial = (ls == 0 && mid_line) || (le == usable && !at_eof);
-            let shortened = shortened || partial;
-            let before = before_context(hay, ls, cur_line, req.before, &out.recent);
-            let found = GrepMatch { line: cur_line, text, shortened, before, after: Vec::new() };
-            if !out.push(found) {
-                out.resp.next_line = Some(cur_line);
-                out.resp.capped = true;
-                return Ok(out.resp);
-            }
-            // After-context from this window; what it lacks is owed by the next one.
-            let rest = if le < usable { &hay[le + 1..] } else { &[][..] };
-            let mut given = 0;
-            for (n, (s, e)) in line_spans(rest).take(req.after).enumerate() {
-                if rest.is_empty() || !out.push_after(context_line(cur_line + 1 + n as u64, &rest[s..e])) {
-                    break;
-                }
-                given += 1;
-            }
-            out.owed_after = if at_eof { 0 } else { req.after - given };
-            if out.resp.matches.len() >= req.max_matches {
-                let more = (pos + le as u64 + 1) < size;
-                out.resp.next_line = more.then_some(cur_line + 1);
-                out.resp.capped = more;
-                finished = true;
-                break;
-            }
-        }
-        cur_line += newlines(&hay[counted..]);
-        remember_tail(&mut out.recent, hay, cur_line, req.before);
-        mid_line = hay.last() != Some(&b'\n');
         pos += usable as u64;
     }
     Ok(out.resp)
+}
+
+/// The request's own limits, and its start within the source.
+fn check_grep(req: &GrepRequest<'_>, total_lines: u64, size: u64) -> PageResult<()> {
+    if req.from_line == 0 {
+        return Err(PageError::InvalidArgument("from_line starts at 1".into()));
+    }
+    if req.max_matches == 0 {
+        return Err(PageError::InvalidArgument("max_matches must be at least 1".into()));
+    }
+    if req.before > MAX_CONTEXT || req.after > MAX_CONTEXT {
+        return Err(PageError::InvalidArgument(format!("context is at most {MAX_CONTEXT} lines")));
+    }
+    if req.from_line > total_lines + 1 {
+        return Err(past_end(format!("from_line {} is past the end ({total_lines} lines)", req.from_line), size));
+    }
+    Ok(())
+}
+
+/// One window of whole lines, as grep scans it.
+struct Window<'a> {
+    /// The window's bytes, cut after its last newline unless it ends the source.
+    hay: &'a [u8],
+    /// It starts inside a line that began in an earlier window.
+    mid_line: bool,
+    /// It ends the source.
+    at_eof: bool,
+    /// Where it starts in the source.
+    offset: u64,
+    /// The source's size.
+    size: u64,
+}
+
+/// How a window's scan ended.
+enum Scanned {
+    /// Every line of the window was scanned.
+    Whole,
+    /// `max_matches` was reached: only after-context is left to give.
+    Finished,
+    /// The text cap was reached: the answer is complete.
+    Capped,
+}
+
+/// Finds the window's matches and adds them with their context; `cur_line` ends as the number
+/// of the line after the window.
+fn scan_window(req: &GrepRequest<'_>, out: &mut GrepOut, w: &Window<'_>, cur_line: &mut u64) -> Scanned {
+    let (hay, usable) = (w.hay, w.hay.len());
+    let (mut at, mut counted) = (0usize, 0usize);
+    while at < usable {
+        let Some(m) = req.regex.find_at(hay, at) else {
+            break;
+        };
+        let ls = memchr::memrchr(b'\n', &hay[..m.start()]).map_or(0, |i| i + 1);
+        let le = memchr::memchr(b'\n', &hay[m.start()..]).map_or(usable, |i| m.start() + i);
+        *cur_line += newlines(&hay[counted..ls]);
+        counted = ls;
+        at = le + 1;
+        if out.resp.matches.last().is_some_and(|last| last.line == *cur_line) {
+            continue; // the same over-long line, continued from the previous window
+        }
+        let (text, shortened) = shorten(&hay[ls..le], m.start() - ls);
+        // Only part of a line longer than the window is at hand: the text is not all of it.
+        let partial = (ls == 0 && w.mid_line) || (le == usable && !w.at_eof);
+        let before = before_context(hay, ls, *cur_line, req.before, &out.recent);
+        let found = GrepMatch { line: *cur_line, text, shortened: shortened || partial, before, after: Vec::new() };
+        if !out.push(found) {
+            out.stop_at(*cur_line);
+            return Scanned::Capped;
+        }
+        // After-context from this window; what it lacks is owed by the next one.
+        let rest = if le < usable { &hay[le + 1..] } else { &[][..] };
+        let mut given = 0;
+        for (n, (s, e)) in line_spans(rest).take(req.after).enumerate() {
+            if rest.is_empty() || !out.push_after(context_line(*cur_line + 1 + n as u64, &rest[s..e])) {
+                break;
+            }
+            given += 1;
+        }
+        out.owed_after = if w.at_eof { 0 } else { req.after - given };
+        if out.resp.matches.len() >= req.max_matches {
+            let more = (w.offset + le as u64 + 1) < w.size;
+            out.resp.next_line = more.then_some(*cur_line + 1);
+            out.resp.capped = more;
+            *cur_line += newlines(&hay[counted..]);
+            return Scanned::Finished;
+        }
+    }
+    *cur_line += newlines(&hay[counted..]);
+    Scanned::Whole
 }
 
 /// Up to `n` lines before the line starting at `ls` (line number `line`), reaching back into
