@@ -146,17 +146,14 @@ pub async fn supervise(
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            // Like a shell: the error in the output, 127 or 126 as the exit code.
-            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
-            append_retrying(client, id, 0, Bytes::from(format!("spillway: {program}: {e}\n"))).await?;
-            let rec = client.seal_with(id, &SealRequest { exit_code: Some(code), signal: None }).await?;
+            let end = seal_unstarted(client, id, &program, &e).await;
             on_ready();
-            return Ok(TaskEnd { exit_code: Some(code), capped: false, digest: Some(rec.digest.to_string()) });
+            return end;
         }
     };
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     on_ready();
-    let (tx, mut rx) = mpsc::channel::<Bytes>(16);
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(pump(child.stdout.take().expect("piped"), tx.clone()));
     tokio::spawn(pump(child.stderr.take().expect("piped"), tx));
     let stopper = tokio::spawn(async move {
@@ -165,6 +162,28 @@ pub async fn supervise(
         tokio::time::sleep(KILL_GRACE).await;
         kill_group(pgid, libc::SIGKILL);
     });
+    let capped = forward(client, id, rx, pgid).await?;
+    let status = child.wait().await?;
+    stopper.abort();
+    use std::os::unix::process::ExitStatusExt;
+    let how = SealRequest { exit_code: status.code(), signal: status.signal().map(signal_name) };
+    let rec = client.seal_with(id, &how).await?;
+    Ok(TaskEnd { exit_code: status.code(), capped, digest: Some(rec.digest.to_string()) })
+}
+
+/// A task that could not start, as a shell reports it: the error in the output, 127 (not
+/// found) or 126 as its exit code; the stream is sealed with that.
+async fn seal_unstarted(client: &StoreClient, id: &str, program: &str, e: &std::io::Error) -> Result<TaskEnd> {
+    let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+    append_retrying(client, id, 0, Bytes::from(format!("spillway: {program}: {e}\n"))).await?;
+    let rec = client.seal_with(id, &SealRequest { exit_code: Some(code), signal: None }).await?;
+    Ok(TaskEnd { exit_code: Some(code), capped: false, digest: Some(rec.digest.to_string()) })
+}
+
+/// Appends the task's output to stream `id` as it comes, every [`FLUSH_EVERY`] or
+/// [`FLUSH_BYTES`], until both pipes close. At the stream's cap the task's group is stopped
+/// and the rest drained; returns whether that happened.
+async fn forward(client: &StoreClient, id: &str, mut rx: mpsc::Receiver<Bytes>, pgid: i32) -> Result<bool> {
     let mut offset = 0u64;
     let mut pending = BytesMut::new();
     let mut capped = false;
@@ -200,12 +219,7 @@ pub async fn supervise(
             break;
         }
     }
-    let status = child.wait().await?;
-    stopper.abort();
-    use std::os::unix::process::ExitStatusExt;
-    let how = SealRequest { exit_code: status.code(), signal: status.signal().map(signal_name) };
-    let rec = client.seal_with(id, &how).await?;
-    Ok(TaskEnd { exit_code: status.code(), capped, digest: Some(rec.digest.to_string()) })
+    Ok(capped)
 }
 
 /// Writes a stream's pages to `out` as JSON lines (the server's read page, at most 100,000

@@ -151,6 +151,50 @@ enum SpillState {
     Failed(SaveError),
 }
 
+impl SpillState {
+    /// Takes `chunk`, read after `keep` already held `before` bytes: once the output crosses
+    /// the cap the spill begins with the head kept so far, then every chunk follows it. A
+    /// failure is kept as the receipt's reason; dropping the writer abandons its upload.
+    async fn take(
+        &mut self,
+        keep: &Keeper,
+        before: u64,
+        chunk: &[u8],
+        target: (&dyn SpillTarget, &[(String, String)]),
+        deadline: &mut Deadline,
+    ) {
+        if let SpillState::NotStarted = self {
+            *self = match deadline.wait(target.0.begin(target.1)).await {
+                Ok(Ok(w)) => SpillState::Writing(w),
+                Ok(Err(e)) | Err(e) => SpillState::Failed(e.save_error()),
+            };
+            if let SpillState::Writing(w) = self {
+                let already = Bytes::copy_from_slice(&keep.head[..before.min(keep.head.len() as u64) as usize]);
+                if let Err(e) = w.write(already, deadline).await {
+                    *self = SpillState::Failed(e.save_error());
+                }
+            }
+        }
+        if let SpillState::Writing(w) = self {
+            if let Err(e) = w.write(Bytes::copy_from_slice(chunk), deadline).await {
+                *self = SpillState::Failed(e.save_error());
+            }
+        }
+    }
+
+    /// Where the whole output ended up.
+    async fn finish(self, deadline: &mut Deadline) -> Saved {
+        match self {
+            SpillState::NotStarted => Saved::NotNeeded,
+            SpillState::Failed(reason) => Saved::Failed(reason),
+            SpillState::Writing(w) => match w.finish(deadline).await {
+                Ok(loc) => Saved::At(loc),
+                Err(e) => Saved::Failed(e.save_error()),
+            },
+        }
+    }
+}
+
 /// Reads one stream to its end and returns its receipt.
 pub async fn capture<R: AsyncRead + Unpin>(mut reader: R, opts: &ExecOptions, stream: &str) -> Result<Receipt> {
     let mut keep = Keeper::new(opts.cap);
@@ -167,36 +211,16 @@ pub async fn capture<R: AsyncRead + Unpin>(mut reader: R, opts: &ExecOptions, st
         let chunk = &buf[..n];
         let before = keep.total;
         keep.push(chunk);
-        if keep.total <= opts.cap as u64 {
-            continue; // still fits: nothing to spill yet
-        }
-        if let SpillState::NotStarted = spill {
-            // Crossing the cap: the spill starts with the head kept so far.
-            spill = match deadline.wait(opts.spill.begin(&labels)).await {
-                Ok(Ok(w)) => SpillState::Writing(w),
-                Ok(Err(e)) | Err(e) => SpillState::Failed(e.save_error()),
-            };
-            if let SpillState::Writing(w) = &mut spill {
-                let already = Bytes::copy_from_slice(&keep.head[..before.min(keep.head.len() as u64) as usize]);
-                if let Err(e) = w.write(already, &mut deadline).await {
-                    spill = SpillState::Failed(e.save_error());
-                }
-            }
-        }
-        if let SpillState::Writing(w) = &mut spill {
-            if let Err(e) = w.write(Bytes::copy_from_slice(chunk), &mut deadline).await {
-                spill = SpillState::Failed(e.save_error()); // dropping the writer abandons it
-            }
+        if keep.total > opts.cap as u64 {
+            spill.take(&keep, before, chunk, (&*opts.spill, &labels), &mut deadline).await;
         }
     }
-    let saved = match spill {
-        SpillState::NotStarted => Saved::NotNeeded,
-        SpillState::Failed(reason) => Saved::Failed(reason),
-        SpillState::Writing(w) => match w.finish(&mut deadline).await {
-            Ok(loc) => Saved::At(loc),
-            Err(e) => Saved::Failed(e.save_error()),
-        },
-    };
+    let saved = spill.finish(&mut deadline).await;
+    Ok(receipt_of(&keep, saved, opts))
+}
+
+/// The receipt of a whole output: the preview from what `keep` holds, and where it was saved.
+fn receipt_of(keep: &Keeper, saved: Saved, opts: &ExecOptions) -> Receipt {
     let tail = keep.tail.contents();
     let sample = Sample {
         head: &keep.head,
@@ -218,7 +242,7 @@ pub async fn capture<R: AsyncRead + Unpin>(mut reader: R, opts: &ExecOptions, st
         }),
         s => s,
     };
-    Ok(receipt::build_for(preview, keep.total, keep.lines(), saved, opts.readers))
+    receipt::build_for(preview, keep.total, keep.lines(), saved, opts.readers)
 }
 
 /// A 1 MiB pipe instead of 64 KiB: a fast writer wakes the reader 16 times less often.

@@ -9,7 +9,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::Config;
 
@@ -36,25 +36,8 @@ pub async fn accept_loop(
     });
     tokio::pin!(shutdown);
     loop {
-        // Past the limit, new connections wait in the listen queue, holding no descriptor here.
-        let permit = tokio::select! {
-            () = &mut shutdown => break,
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
-        let (tcp, _peer) = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors and the like: say so, breathe, go on.
-                    tracing::warn!(cause = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let Some((tcp, permit)) = next_connection(&listener, &slots, &mut shutdown).await else {
+            break;
         };
         // Without it every small reply waits on Nagle and delayed ACK (~40 ms).
         let _ = tcp.set_nodelay(true);
@@ -75,6 +58,32 @@ pub async fn accept_loop(
         () = graceful.shutdown() => {}
         () = tokio::time::sleep(std::time::Duration::from_secs(30)) => {
             tracing::warn!("connections still open after 30 s of shutdown");
+        }
+    }
+}
+
+/// The next connection and its slot, or `None` once `shutdown` completes. Past the limit, new
+/// connections wait in the listen queue, holding no descriptor here.
+async fn next_connection(
+    listener: &TcpListener,
+    slots: &Arc<Semaphore>,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Option<(tokio::net::TcpStream, OwnedSemaphorePermit)> {
+    let permit = tokio::select! {
+        () = shutdown.as_mut() => return None,
+        p = slots.clone().acquire_owned() => p.ok()?,
+    };
+    loop {
+        tokio::select! {
+            () = shutdown.as_mut() => return None,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _peer)) => return Some((tcp, permit)),
+                Err(e) => {
+                    // Out of descriptors and the like: say so, breathe, go on.
+                    tracing::warn!(cause = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
         }
     }
 }
