@@ -52,6 +52,11 @@ impl Digest {
     pub fn hex(&self) -> String {
         hex::encode(self.0)
     }
+
+    /// Parses the 64 lowercase hex digits of [`Digest::hex`] (a stored key, a file name).
+    pub fn from_hex(hex: &str) -> Option<Self> {
+        parse_hex32(hex).map(Self)
+    }
 }
 
 impl fmt::Display for Digest {
@@ -85,6 +90,16 @@ impl Sha256Digest {
     /// The raw hash.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
+    }
+
+    /// The 64 lowercase hex digits.
+    pub fn hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// Parses the 64 lowercase hex digits of [`Sha256Digest::hex`].
+    pub fn from_hex(hex: &str) -> Option<Self> {
+        parse_hex32(hex).map(Self)
     }
 }
 

@@ -610,7 +610,7 @@ impl BlobStore {
                 match meta {
                     Ok(m) => {
                         let name = m.location.filename()?;
-                        let d: Digest = format!("blake3:{name}").parse().ok()?;
+                        let d = Digest::from_hex(name)?;
                         Some(Ok((d, m.size, m.last_modified.timestamp_millis())))
                     }
                     Err(e) => Some(Err(e.into())),

@@ -1,6 +1,7 @@
 //! One error type for every handler: it picks the status and the contract's JSON body.
 //! Details of server faults are logged, never sent.
 
+use crate::db::DbError;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -95,29 +96,26 @@ impl ApiError {
     }
 }
 
-/// True when the database failed for want of space: SQLite's `SQLITE_FULL` (13, or the group
-/// commit's report of it), PostgreSQL's `disk_full` (53100).
-pub fn is_storage_full(err: &sqlx::Error) -> bool {
-    match err {
-        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("13" | "53100")),
-        sqlx::Error::Io(io) => io.kind() == std::io::ErrorKind::StorageFull,
-        _ => false,
+impl From<DbError> for ApiError {
+    fn from(err: DbError) -> Self {
+        match &err {
+            DbError::Full(cause) => {
+                tracing::error!(cause = %cause, "metadata database full");
+                Self::InsufficientStorage
+            }
+            DbError::Unavailable(cause) => {
+                tracing::error!(cause = %cause, "database unavailable");
+                Self::Unavailable("the metadata database is unavailable; retry".into())
+            }
+            DbError::Corrupt { .. } => Self::internal(err),
+            DbError::Statement(cause) => Self::internal(cause),
+        }
     }
 }
 
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
-        if is_storage_full(&err) {
-            tracing::error!(cause = %err, "metadata database full");
-            return Self::InsufficientStorage;
-        }
-        match err {
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
-                tracing::error!(cause = %err, "database unavailable");
-                Self::Unavailable("the metadata database is unavailable; retry".into())
-            }
-            other => Self::internal(other),
-        }
+        DbError::from(err).into()
     }
 }
 

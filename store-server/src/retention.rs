@@ -29,7 +29,7 @@ pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Resu
     s.streams_expired = in_pages(|| state.db.expire_streams(now, PAGE, false)).await?;
     state.db.mark_unreferenced(now).await?;
     // Claimed first (`live` → `deleting`, which an upload's reference prevents), then deleted.
-    let collect = |page: Vec<(String, u64)>| async move {
+    let collect = |page: Vec<(Digest, u64)>| async move {
         let mut claimed = Vec::new();
         for (digest, size) in page {
             if state.db.claim_for_deletion(&digest, cutoff, now).await? {
@@ -38,12 +38,13 @@ pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Resu
         }
         Ok(claimed)
     };
-    let candidates = |after: String| async move { state.db.collectable(cutoff, &after, PAGE).await };
+    let candidates = |after: Option<Digest>| async move { state.db.collectable(cutoff, after.as_ref(), PAGE).await };
     delete_each(state, &mut s, candidates, collect).await?;
     // Deletions a crashed pass left half-done: bytes first (idempotent), then the row.
     let stale_before = now - state.config.deletion_lease.as_millis() as i64;
-    let stale = |page: Vec<(String, u64)>| async move { Ok(page) };
-    let half_done = |after: String| async move { state.db.stale_deletions(stale_before, &after, PAGE).await };
+    let stale = |page: Vec<(Digest, u64)>| async move { Ok(page) };
+    let half_done =
+        |after: Option<Digest>| async move { state.db.stale_deletions(stale_before, after.as_ref(), PAGE).await };
     delete_each(state, &mut s, half_done, stale).await?;
     // Bytes with no row yet may be an upload between publication and its row: only bytes older
     // than the deletion lease too (an upload takes seconds there, the lease minutes) are
@@ -59,7 +60,7 @@ pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Resu
 async fn in_pages<F, Fut>(mut batch: F) -> anyhow::Result<u64>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<u64, sqlx::Error>>,
+    Fut: std::future::Future<Output = Result<u64, crate::db::DbError>>,
 {
     let mut total = 0;
     loop {
@@ -80,16 +81,16 @@ async fn delete_each<L, LFut, K, KFut>(
     mut keep: K,
 ) -> anyhow::Result<()>
 where
-    L: FnMut(String) -> LFut,
-    LFut: std::future::Future<Output = Result<Vec<(String, u64)>, sqlx::Error>>,
-    K: FnMut(Vec<(String, u64)>) -> KFut,
-    KFut: std::future::Future<Output = anyhow::Result<Vec<(String, u64)>>>,
+    L: FnMut(Option<Digest>) -> LFut,
+    LFut: std::future::Future<Output = Result<Vec<(Digest, u64)>, crate::db::DbError>>,
+    K: FnMut(Vec<(Digest, u64)>) -> KFut,
+    KFut: std::future::Future<Output = anyhow::Result<Vec<(Digest, u64)>>>,
 {
-    let mut after = String::new();
+    let mut after = None;
     loop {
-        let page = list(after.clone()).await?;
+        let page = list(after).await?;
         let full = page.len() as i64 == PAGE;
-        let last = page.last().map(|(d, _)| d.clone());
+        let last = page.last().map(|(d, _)| *d);
         for (digest, size) in keep(page).await? {
             if delete(state, &digest).await? {
                 s.blobs_deleted += 1;
@@ -97,7 +98,7 @@ where
             }
         }
         match last {
-            Some(last) if full => after = last,
+            Some(last) if full => after = Some(last),
             _ => return Ok(()),
         }
     }
@@ -117,11 +118,11 @@ async fn sweep_orphans(state: &AppState, cutoff: i64, now: i64, s: &mut Retentio
         if batch.len() < PAGE as usize && !done {
             continue;
         }
-        let hexes: Vec<String> = batch.iter().map(|(d, _, _)| d.hex()).collect();
-        let known = state.db.known_blobs(&hexes).await?;
-        for ((_, size, _), hex) in batch.drain(..).zip(hexes) {
-            if !known.contains(&hex) && state.db.claim_orphan(&hex, now).await? && delete(state, &hex).await? {
-                tracing::info!(digest = %hex, size, "deleted bytes that had no metadata row");
+        let digests: Vec<Digest> = batch.iter().map(|(d, _, _)| *d).collect();
+        let known = state.db.known_blobs(&digests).await?;
+        for (digest, size, _) in batch.drain(..) {
+            if !known.contains(&digest) && state.db.claim_orphan(&digest, now).await? && delete(state, &digest).await? {
+                tracing::info!(%digest, size, "deleted bytes that had no metadata row");
                 s.orphans_deleted += 1;
                 s.bytes_freed += size;
             }
@@ -133,10 +134,9 @@ async fn sweep_orphans(state: &AppState, cutoff: i64, now: i64, s: &mut Retentio
 }
 
 /// Second phase for one claimed blob: the bytes, then the row. Missing bytes count as deleted.
-async fn delete(state: &AppState, hex: &str) -> anyhow::Result<bool> {
-    let digest: Digest = format!("blake3:{hex}").parse()?;
-    state.blobs.delete(&digest).await?;
-    Ok(state.db.forget_blob(hex).await?)
+async fn delete(state: &AppState, digest: &Digest) -> anyhow::Result<bool> {
+    state.blobs.delete(digest).await?;
+    Ok(state.db.forget_blob(digest).await?)
 }
 
 /// Runs a pass every `interval` until `cancel` fires. Failures are logged and retried next time.

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use spillway_api::Digest;
 use tokio::sync::Notify;
 
 use crate::blobs::BlobStore;
@@ -158,12 +159,12 @@ const BLOB_ROWS_MAX: usize = 4096;
 /// changes; only visibility, which is always asked of the database, does.
 #[derive(Default, Debug)]
 pub struct BlobRowCache {
-    map: Mutex<HashMap<String, Arc<crate::db::BlobRow>>>,
+    map: Mutex<HashMap<Digest, Arc<crate::db::BlobRow>>>,
 }
 
 impl BlobRowCache {
     /// The cached row of `digest`.
-    pub fn get(&self, digest: &str) -> Option<Arc<crate::db::BlobRow>> {
+    pub fn get(&self, digest: &Digest) -> Option<Arc<crate::db::BlobRow>> {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).get(digest).cloned()
     }
 
@@ -173,7 +174,7 @@ impl BlobRowCache {
         if map.len() >= BLOB_ROWS_MAX {
             map.clear();
         }
-        map.insert(row.digest.clone(), row);
+        map.insert(row.digest, row);
     }
 }
 
@@ -186,7 +187,7 @@ const VISIBILITY_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 #[derive(Default, Debug)]
 pub struct VisibilityCache {
     enabled: bool,
-    map: Mutex<HashMap<(String, String), (i64, std::time::Instant)>>,
+    map: Mutex<HashMap<(String, Digest), (i64, std::time::Instant)>>,
 }
 
 impl VisibilityCache {
@@ -196,17 +197,16 @@ impl VisibilityCache {
     }
 
     /// A cached "visible" answer still good at `now`.
-    pub fn visible(&self, ns: &str, digest: &str, now: i64) -> bool {
+    pub fn visible(&self, ns: &str, digest: &Digest, now: i64) -> bool {
         if !self.enabled {
             return false;
         }
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&(ns.to_owned(), digest.to_owned()))
-            .is_some_and(|(until, at)| *until > now && at.elapsed() < VISIBILITY_TTL)
+        map.get(&(ns.to_owned(), *digest)).is_some_and(|(until, at)| *until > now && at.elapsed() < VISIBILITY_TTL)
     }
 
     /// Remembers that `ns` sees `digest` until `until`.
-    pub fn remember(&self, ns: &str, digest: &str, until: i64) {
+    pub fn remember(&self, ns: &str, digest: &Digest, until: i64) {
         if !self.enabled {
             return;
         }
@@ -214,12 +214,12 @@ impl VisibilityCache {
         if map.len() >= BLOB_ROWS_MAX * 4 {
             map.clear();
         }
-        map.insert((ns.to_owned(), digest.to_owned()), (until, std::time::Instant::now()));
+        map.insert((ns.to_owned(), *digest), (until, std::time::Instant::now()));
     }
 
     /// Forgets what `ns` saw of `digest` (after a delete or an unpin).
-    pub fn forget(&self, ns: &str, digest: &str) {
+    pub fn forget(&self, ns: &str, digest: &Digest) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.remove(&(ns.to_owned(), digest.to_owned()));
+        map.remove(&(ns.to_owned(), *digest));
     }
 }

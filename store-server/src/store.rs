@@ -19,27 +19,23 @@ use crate::state::AppState;
 pub async fn visible(state: &AppState, ns: &str, d: &AnyDigest) -> ApiResult<Arc<BlobRow>> {
     let now = state.now();
     let not_found = || ApiError::NotFound(format!("blob {d}"));
-    let hex = match d {
-        AnyDigest::Blake3(b) => b.hex(),
+    let digest = match d {
+        AnyDigest::Blake3(b) => b,
         AnyDigest::Sha256(s) => {
-            let row = state.db.visible_blob_by_sha256(ns, &hex::encode(s.as_bytes()), now).await?;
+            let row = state.db.visible_blob_by_sha256(ns, s, now).await?;
             return row.map(Arc::new).ok_or_else(not_found);
         }
     };
-    if !state.visibility.visible(ns, &hex, now) {
-        let until = state.db.visible_until(ns, &hex, now).await?.ok_or_else(not_found)?;
-        state.visibility.remember(ns, &hex, until);
+    if !state.visibility.visible(ns, digest, now) {
+        let until = state.db.visible_until(ns, digest, now).await?.ok_or_else(not_found)?;
+        state.visibility.remember(ns, digest, until);
     }
-    if let Some(row) = state.blob_rows.get(&hex) {
+    if let Some(row) = state.blob_rows.get(digest) {
         return Ok(row);
     }
-    let row = Arc::new(state.db.blob_row(&hex).await?.ok_or_else(not_found)?);
+    let row = Arc::new(state.db.blob_row(digest).await?.ok_or_else(not_found)?);
     state.blob_rows.put(row.clone());
     Ok(row)
-}
-
-pub fn blob_digest(row: &BlobRow) -> ApiResult<spillway_api::Digest> {
-    format!("blake3:{}", row.digest).parse().map_err(ApiError::internal)
 }
 
 /// A stored blob as a read source.
@@ -56,7 +52,7 @@ impl BlobSource {
     pub fn new(state: &AppState, row: &BlobRow) -> ApiResult<Self> {
         Ok(Self {
             blobs: state.blobs.clone(),
-            digest: blob_digest(row)?,
+            digest: row.digest,
             size: row.size,
             lines: row.lines,
             index: LineIndex::decode(&row.line_index),

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::Stream;
-use spillway_api::{AnyDigest, BlobRecord, Labels};
+use spillway_api::{AnyDigest, BlobRecord, Labels, Sha256Digest};
 use tracing::instrument;
 
 use crate::blobs::{BlobError, Staged};
 use crate::clock::rfc3339;
-use crate::db::{AddRef, BlobRow, NewRef};
+use crate::db::{AddRef, BlobRow, BlobState, NewRef};
 use crate::error::{ApiError, ApiResult};
 use crate::state::{AppState, UploadRaces};
 
@@ -83,7 +83,7 @@ where
 }
 
 fn check(expected: Option<AnyDigest>, staged: &Staged) -> ApiResult<()> {
-    let sha = spillway_api::Sha256Digest::from_bytes(staged.sha256);
+    let sha = Sha256Digest::from_bytes(staged.sha256);
     let mismatch = match expected {
         Some(AnyDigest::Blake3(d)) if d != staged.digest => Some((d.to_string(), staged.digest.to_string())),
         Some(AnyDigest::Sha256(s)) if s != sha => Some((s.to_string(), sha.to_string())),
@@ -101,7 +101,7 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
     let expires_at = spec.ttl_ms.map(|t| now.saturating_add(t));
     let new_ref = NewRef {
         namespace: spec.namespace.clone(),
-        digest: staged.digest.hex(),
+        digest: staged.digest,
         labels: spec.labels.clone(),
         expires_at,
         pin_reason: None,
@@ -118,7 +118,7 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
     Ok(Stored {
         record: BlobRecord {
             digest: staged.digest,
-            sha256: format!("sha256:{}", hex::encode(staged.sha256)),
+            sha256: Sha256Digest::from_bytes(staged.sha256).to_string(),
             size: staged.size,
             lines: staged.lines,
             deduplicated,
@@ -135,10 +135,10 @@ async fn reference(state: &AppState, staged: &Staged, new_ref: &NewRef, now: i64
     // New content (the common case) goes straight to publication: one write, not two.
     // Inline blobs cost nothing to publish, so they skip the look first.
     let look = if staged.inline().is_some() { None } else { state.db.blob_state(&new_ref.digest).await? };
-    let mut step = match look.as_deref() {
+    let mut step = match look {
         None => AddRef::Absent,
-        Some("deleting") => AddRef::Deleting,
-        Some(_) => state.db.add_ref_if_live(new_ref, now).await?,
+        Some(BlobState::Deleting) => AddRef::Deleting,
+        Some(BlobState::Live) => state.db.add_ref_if_live(new_ref, now).await?,
     };
     loop {
         step = match step {
@@ -172,8 +172,8 @@ async fn reference(state: &AppState, staged: &Staged, new_ref: &NewRef, now: i64
 /// The metadata row of staged bytes.
 fn blob_row(staged: &Staged) -> BlobRow {
     BlobRow {
-        digest: staged.digest.hex(),
-        sha256: hex::encode(staged.sha256),
+        digest: staged.digest,
+        sha256: Sha256Digest::from_bytes(staged.sha256),
         size: staged.size,
         lines: staged.lines,
         line_index: staged.index.encode(),

@@ -4,19 +4,20 @@
 //! to a blob in state `live` in the same transaction that clears `unreferenced_since`; the
 //! retention claim requires that column to be set, so the two can never both win.
 
-use spillway_api::Labels;
+use spillway_api::{Digest, Labels, Sha256Digest};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
-use super::pool::{to_i64, Db};
+use super::error::{DbError, DbResult};
+use super::pool::{digest_at, labels_at, labels_json, to_i64, Db};
 
 /// A stored blob.
 #[derive(Debug, Clone)]
 pub struct BlobRow {
-    /// BLAKE3, 64 hex.
-    pub digest: String,
-    /// SHA-256, 64 hex.
-    pub sha256: String,
+    /// Its key.
+    pub digest: Digest,
+    /// Its SHA-256, by which it can be looked up too.
+    pub sha256: Sha256Digest,
     /// Size in bytes.
     pub size: u64,
     /// Lines, counted as the line index counts them.
@@ -27,13 +28,27 @@ pub struct BlobRow {
     pub inline_data: Option<Vec<u8>>,
 }
 
+impl BlobRow {
+    /// The blob's record as the API answers it.
+    pub fn record(&self, deduplicated: bool, expires_at: Option<String>) -> spillway_api::BlobRecord {
+        spillway_api::BlobRecord {
+            digest: self.digest,
+            sha256: self.sha256.to_string(),
+            size: self.size,
+            lines: self.lines,
+            deduplicated,
+            expires_at,
+        }
+    }
+}
+
 /// A reference to add.
 #[derive(Debug, Clone)]
 pub struct NewRef {
     /// The namespace that holds the reference.
     pub namespace: String,
-    /// BLAKE3, 64 hex.
-    pub digest: String,
+    /// The blob referenced.
+    pub digest: Digest,
     /// Labels given at upload.
     pub labels: Labels,
     /// `None` for a pin.
@@ -47,8 +62,8 @@ pub struct NewRef {
 pub struct RefRow {
     /// Cursor key.
     pub id: i64,
-    /// BLAKE3, 64 hex.
-    pub digest: String,
+    /// The blob referenced.
+    pub digest: Digest,
     /// Blob size.
     pub size: u64,
     /// Lines as the contract counts them.
@@ -61,6 +76,26 @@ pub struct RefRow {
     pub expires_at: Option<i64>,
     /// True when pinned: the reference never expires.
     pub pinned: bool,
+}
+
+/// Where a blob is in its life. A blob row is written `live`; retention moves it to
+/// `deleting` (claimed: its bytes are going) and then removes the row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlobState {
+    /// Stored and referenceable.
+    Live,
+    /// Claimed by retention: a new upload of the same content waits, then publishes again.
+    Deleting,
+}
+
+impl BlobState {
+    fn parse(s: String) -> DbResult<Self> {
+        match s.as_str() {
+            "live" => Ok(Self::Live),
+            "deleting" => Ok(Self::Deleting),
+            _ => Err(DbError::corrupt("blob state", s)),
+        }
+    }
 }
 
 /// Outcome of trying to reference an existing blob.
@@ -80,10 +115,13 @@ pub enum AddRef {
 const VISIBLE: &str = "EXISTS (SELECT 1 FROM refs r WHERE r.namespace = $1 AND r.digest = b.digest \
                        AND (r.pinned = 1 OR r.expires_at > $2))";
 
-fn blob_from_row(r: &AnyRow) -> Result<BlobRow, sqlx::Error> {
+fn blob_from_row(r: &AnyRow) -> DbResult<BlobRow> {
     Ok(BlobRow {
-        digest: r.try_get("digest")?,
-        sha256: r.try_get("sha256")?,
+        digest: digest_at(r, "digest")?,
+        sha256: {
+            let hex: String = r.try_get("sha256")?;
+            Sha256Digest::from_hex(&hex).ok_or_else(|| DbError::corrupt("sha256", hex))?
+        },
         size: r.try_get::<i64, _>("size")? as u64,
         lines: r.try_get::<i64, _>("lines")? as u64,
         line_index: r.try_get("line_index")?,
@@ -91,27 +129,27 @@ fn blob_from_row(r: &AnyRow) -> Result<BlobRow, sqlx::Error> {
     })
 }
 
-async fn holds(c: &mut AnyConnection, ns: &str, digest: &str, now: i64) -> Result<bool, sqlx::Error> {
+async fn holds(c: &mut AnyConnection, ns: &str, digest: &Digest, now: i64) -> DbResult<bool> {
     let n: i64 = sqlx::query_scalar(
         "SELECT CAST(COUNT(*) AS BIGINT) FROM refs WHERE namespace = $1 AND digest = $2 \
          AND (pinned = 1 OR expires_at > $3)",
     )
     .bind(ns)
-    .bind(digest)
+    .bind(digest.hex())
     .bind(now)
     .fetch_one(&mut *c)
     .await?;
     Ok(n > 0)
 }
 
-async fn insert_ref(c: &mut AnyConnection, r: &NewRef, now: i64) -> Result<(), sqlx::Error> {
-    let labels = serde_json::to_string(&r.labels).unwrap_or_else(|_| "{}".into());
+async fn insert_ref(c: &mut AnyConnection, r: &NewRef, now: i64) -> DbResult<()> {
+    let labels = labels_json(&r.labels);
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO refs (namespace, digest, labels, created_at, expires_at, pinned, pin_reason) \
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
     )
     .bind(&r.namespace)
-    .bind(&r.digest)
+    .bind(r.digest.hex())
     .bind(labels)
     .bind(now)
     .bind(r.expires_at)
@@ -132,75 +170,74 @@ async fn insert_ref(c: &mut AnyConnection, r: &NewRef, now: i64) -> Result<(), s
 
 impl Db {
     /// The blob if `namespace` holds a live reference to it.
-    pub async fn visible_blob(&self, ns: &str, digest: &str, now: i64) -> Result<Option<BlobRow>, sqlx::Error> {
+    pub async fn visible_blob(&self, ns: &str, digest: &Digest, now: i64) -> DbResult<Option<BlobRow>> {
         let sql = format!(
             "SELECT digest, sha256, size, lines, line_index, inline_data FROM blobs b \
              WHERE {VISIBLE} AND b.digest = $3 AND b.state = 'live'"
         );
-        let row = sqlx::query(&sql).bind(ns).bind(now).bind(digest).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&sql).bind(ns).bind(now).bind(digest.hex()).fetch_optional(&self.pool).await?;
         row.as_ref().map(blob_from_row).transpose()
     }
 
     /// Like [`Db::visible_blob`], looked up by SHA-256.
-    pub async fn visible_blob_by_sha256(
-        &self,
-        ns: &str,
-        sha256: &str,
-        now: i64,
-    ) -> Result<Option<BlobRow>, sqlx::Error> {
+    pub async fn visible_blob_by_sha256(&self, ns: &str, sha256: &Sha256Digest, now: i64) -> DbResult<Option<BlobRow>> {
         let sql = format!(
             "SELECT digest, sha256, size, lines, line_index, inline_data FROM blobs b \
              WHERE {VISIBLE} AND b.sha256 = $3 AND b.state = 'live' LIMIT 1"
         );
-        let row = sqlx::query(&sql).bind(ns).bind(now).bind(sha256).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&sql).bind(ns).bind(now).bind(sha256.hex()).fetch_optional(&self.pool).await?;
         row.as_ref().map(blob_from_row).transpose()
     }
 
-    /// The blob's state (`live` or `deleting`), or `None` when there is no such blob.
-    pub async fn blob_state(&self, digest: &str) -> Result<Option<String>, sqlx::Error> {
-        sqlx::query_scalar("SELECT state FROM blobs WHERE digest = $1").bind(digest).fetch_optional(&self.pool).await
+    /// The blob's state, or `None` when there is no such blob.
+    pub async fn blob_state(&self, digest: &Digest) -> DbResult<Option<BlobState>> {
+        let state: Option<String> = sqlx::query_scalar("SELECT state FROM blobs WHERE digest = $1")
+            .bind(digest.hex())
+            .fetch_optional(&self.pool)
+            .await?;
+        state.map(BlobState::parse).transpose()
     }
 
     /// Until when `namespace` sees the blob (`i64::MAX` for a pin), or `None` when it holds no
     /// live reference. A referenced blob is always live: retention only claims blobs nothing
     /// references.
-    pub async fn visible_until(&self, ns: &str, digest: &str, now: i64) -> Result<Option<i64>, sqlx::Error> {
-        sqlx::query_scalar(
+    pub async fn visible_until(&self, ns: &str, digest: &Digest, now: i64) -> DbResult<Option<i64>> {
+        Ok(sqlx::query_scalar(
             "SELECT CAST(MAX(CASE WHEN pinned = 1 THEN $4 ELSE expires_at END) AS BIGINT) FROM refs \
              WHERE namespace = $1 AND digest = $2 AND (pinned = 1 OR expires_at > $3)",
         )
         .bind(ns)
-        .bind(digest)
+        .bind(digest.hex())
         .bind(now)
         .bind(i64::MAX)
         .fetch_one(&self.pool)
-        .await
+        .await?)
     }
 
-    /// A blob's row whatever its references (its fields depend only on its content).
-    pub async fn blob_row(&self, digest: &str) -> Result<Option<BlobRow>, sqlx::Error> {
+    /// A live blob's row whatever its references (its fields depend only on its content).
+    pub async fn blob_row(&self, digest: &Digest) -> DbResult<Option<BlobRow>> {
         let row =
-            sqlx::query("SELECT digest, sha256, size, lines, line_index, inline_data FROM blobs WHERE digest = $1")
-                .bind(digest)
+            sqlx::query("SELECT digest, sha256, size, lines, line_index, inline_data FROM blobs WHERE digest = $1 AND state = 'live'")
+                .bind(digest.hex())
                 .fetch_optional(&self.pool)
                 .await?;
         row.as_ref().map(blob_from_row).transpose()
     }
 
     /// References a blob that is already stored and live, keeping it from collection.
-    pub async fn add_ref_if_live(&self, r: &NewRef, now: i64) -> Result<AddRef, sqlx::Error> {
+    pub async fn add_ref_if_live(&self, r: &NewRef, now: i64) -> DbResult<AddRef> {
         let r = r.clone();
         self.write_prefix_safe(move |c| {
             Box::pin(async move {
                 let kept =
                     sqlx::query("UPDATE blobs SET unreferenced_since = NULL WHERE digest = $1 AND state = 'live'")
-                        .bind(&r.digest)
+                        .bind(r.digest.hex())
                         .execute(&mut *c)
                         .await?
                         .rows_affected();
                 if kept == 0 {
                     let state: Option<String> = sqlx::query_scalar("SELECT state FROM blobs WHERE digest = $1")
-                        .bind(&r.digest)
+                        .bind(r.digest.hex())
                         .fetch_optional(&mut *c)
                         .await?;
                     return Ok(if state.is_some() { AddRef::Deleting } else { AddRef::Absent });
@@ -215,7 +252,7 @@ impl Db {
 
     /// Records a blob whose bytes were just made durable, with its first reference. Returns
     /// `None` when a row in state `deleting` is in the way (retention is collecting it).
-    pub async fn insert_blob_with_ref(&self, b: &BlobRow, r: &NewRef, now: i64) -> Result<Option<bool>, sqlx::Error> {
+    pub async fn insert_blob_with_ref(&self, b: &BlobRow, r: &NewRef, now: i64) -> DbResult<Option<bool>> {
         let (b, r) = (b.clone(), r.clone());
         self.write_prefix_safe(move |c| {
             Box::pin(async move {
@@ -223,8 +260,8 @@ impl Db {
                     "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, inline_data, state) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, 'live') ON CONFLICT (digest) DO NOTHING",
                 )
-                .bind(&b.digest)
-                .bind(&b.sha256)
+                .bind(b.digest.hex())
+                .bind(b.sha256.hex())
                 .bind(to_i64(b.size))
                 .bind(to_i64(b.lines))
                 .bind(&b.line_index)
@@ -240,7 +277,7 @@ impl Db {
                     // Someone stored it meanwhile: keep it alive, unless retention is deleting it.
                     let kept =
                         sqlx::query("UPDATE blobs SET unreferenced_since = NULL WHERE digest = $1 AND state = 'live'")
-                            .bind(&b.digest)
+                            .bind(b.digest.hex())
                             .execute(&mut *c)
                             .await?
                             .rows_affected();
@@ -258,8 +295,8 @@ impl Db {
 
     /// Runs a reference deletion and, when it took the blob's last live reference, starts
     /// the blob's grace period now (not at the next retention pass).
-    async fn delete_refs_where(&self, sql: &'static str, ns: &str, digest: &str, now: i64) -> Result<u64, sqlx::Error> {
-        let (ns, digest) = (ns.to_owned(), digest.to_owned());
+    async fn delete_refs_where(&self, sql: &'static str, ns: &str, digest: &Digest, now: i64) -> DbResult<u64> {
+        let (ns, digest) = (ns.to_owned(), digest.hex());
         self.write(move |c| {
             Box::pin(async move {
                 let n = sqlx::query(sql).bind(&ns).bind(&digest).execute(&mut *c).await?.rows_affected();
@@ -279,13 +316,13 @@ impl Db {
     }
 
     /// Removes this namespace's pins of a blob; returns how many there were.
-    pub async fn unpin(&self, ns: &str, digest: &str, now: i64) -> Result<u64, sqlx::Error> {
+    pub async fn unpin(&self, ns: &str, digest: &Digest, now: i64) -> DbResult<u64> {
         let sql = "DELETE FROM refs WHERE namespace = $1 AND digest = $2 AND pinned = 1";
         self.delete_refs_where(sql, ns, digest, now).await
     }
 
     /// Removes all of this namespace's references to a blob; returns how many there were.
-    pub async fn delete_refs(&self, ns: &str, digest: &str, now: i64) -> Result<u64, sqlx::Error> {
+    pub async fn delete_refs(&self, ns: &str, digest: &Digest, now: i64) -> DbResult<u64> {
         self.delete_refs_where("DELETE FROM refs WHERE namespace = $1 AND digest = $2", ns, digest, now).await
     }
 
@@ -297,7 +334,7 @@ impl Db {
         before_id: Option<i64>,
         limit: u32,
         now: i64,
-    ) -> Result<Vec<RefRow>, sqlx::Error> {
+    ) -> DbResult<Vec<RefRow>> {
         let mut sql = String::from(
             "SELECT r.id, r.digest, r.labels, r.created_at, r.expires_at, r.pinned, b.size, b.lines \
              FROM refs r JOIN blobs b ON b.digest = r.digest \
@@ -320,13 +357,12 @@ impl Db {
         let rows = q.bind(i64::from(limit)).fetch_all(&self.pool).await?;
         rows.iter()
             .map(|r| {
-                let labels: String = r.try_get("labels")?;
                 Ok(RefRow {
                     id: r.try_get("id")?,
-                    digest: r.try_get("digest")?,
+                    digest: digest_at(r, "digest")?,
                     size: r.try_get::<i64, _>("size")? as u64,
                     lines: r.try_get::<i64, _>("lines")? as u64,
-                    labels: serde_json::from_str(&labels).unwrap_or_default(),
+                    labels: labels_at(r, "labels")?,
                     created_at: r.try_get("created_at")?,
                     expires_at: r.try_get("expires_at")?,
                     pinned: r.try_get::<i64, _>("pinned")? != 0,

@@ -7,12 +7,14 @@
 //! readers (on their own connections, thanks to WAL) never wait behind it.
 
 mod blobs;
+mod error;
 mod pool;
 mod retention;
 mod streams;
 mod tokens;
 
-pub use blobs::{AddRef, BlobRow, NewRef, RefRow};
+pub use blobs::{AddRef, BlobRow, BlobState, NewRef, RefRow};
+pub use error::{DbError, DbResult};
 pub use pool::{Backend, Db};
 pub use streams::{AppendOutcome, StreamRow};
 pub use tokens::{token_id, TokenInfo, TokenRow};

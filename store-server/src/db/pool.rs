@@ -1,6 +1,7 @@
 //! The database handle: one pool for PostgreSQL or SQLite, and on SQLite one writer task that
 //! commits waiting writes together (group commit). The row-level operations live beside it.
 
+use super::error::{DbError, DbResult};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -22,29 +23,7 @@ const GROUP_MAX: usize = 256;
 
 /// A write waiting for the SQLite group commit: runs its statements, then hears the outcome.
 type Job = Box<dyn for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Finisher> + Send>;
-type Finisher = Box<dyn FnOnce(Result<(), CommitError>) + Send>;
-
-/// Why a group commit failed, kept for each of its writes.
-#[derive(Debug, Clone)]
-struct CommitError {
-    message: String,
-    full: bool,
-}
-
-impl CommitError {
-    fn of(e: &sqlx::Error) -> Self {
-        Self { message: e.to_string(), full: crate::error::is_storage_full(e) }
-    }
-
-    /// The error each write of the batch answers with.
-    fn to_sqlx(&self) -> sqlx::Error {
-        if self.full {
-            sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::StorageFull, self.message.clone()))
-        } else {
-            sqlx::Error::Protocol(format!("group commit failed: {}", self.message))
-        }
-    }
-}
+type Finisher = Box<dyn FnOnce(DbResult<()>) + Send>;
 
 /// Handle to the metadata database; cheap to clone.
 #[derive(Debug, Clone)]
@@ -110,10 +89,10 @@ impl Db {
     }
 
     /// Runs `op` as one write transaction and answers once it is durable.
-    pub(crate) async fn write<T, F>(&self, op: F) -> Result<T, sqlx::Error>
+    pub(crate) async fn write<T, F>(&self, op: F) -> DbResult<T>
     where
         T: Send + 'static,
-        F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, sqlx::Error>> + Send + 'static,
+        F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, DbResult<T>> + Send + 'static,
     {
         self.write_with(true, op).await
     }
@@ -121,18 +100,18 @@ impl Db {
     /// Like [`Db::write`], for a write whose every prefix is harmless if a later statement of
     /// it fails (a blob row with no reference yet is simply collected): on SQLite it skips
     /// its savepoint, one statement fewer on the hot path of small uploads.
-    pub(crate) async fn write_prefix_safe<T, F>(&self, op: F) -> Result<T, sqlx::Error>
+    pub(crate) async fn write_prefix_safe<T, F>(&self, op: F) -> DbResult<T>
     where
         T: Send + 'static,
-        F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, sqlx::Error>> + Send + 'static,
+        F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, DbResult<T>> + Send + 'static,
     {
         self.write_with(false, op).await
     }
 
-    async fn write_with<T, F>(&self, guarded: bool, op: F) -> Result<T, sqlx::Error>
+    async fn write_with<T, F>(&self, guarded: bool, op: F) -> DbResult<T>
     where
         T: Send + 'static,
-        F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, sqlx::Error>> + Send + 'static,
+        F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, DbResult<T>> + Send + 'static,
     {
         let Some(group) = &self.group else {
             let mut tx = self.pool.begin().await?;
@@ -140,12 +119,16 @@ impl Db {
             tx.commit().await?;
             return Ok(out);
         };
-        let (reply, answer) = oneshot::channel::<Result<T, sqlx::Error>>();
+        let (reply, answer) = oneshot::channel::<DbResult<T>>();
         let job: Job = Box::new(move |conn| {
             Box::pin(async move {
                 // Savepoints stack up and are all released by the batch's COMMIT; a failing
                 // write rolls back to its own (the most recent of that name) and no further.
-                let saved = if guarded { conn.execute("SAVEPOINT op").await.map(|_| ()) } else { Ok(()) };
+                let saved = if guarded {
+                    conn.execute("SAVEPOINT op").await.map(|_| ()).map_err(DbError::from)
+                } else {
+                    Ok(())
+                };
                 let result = match saved {
                     Err(e) => Err(e),
                     Ok(()) => {
@@ -159,14 +142,15 @@ impl Db {
                 let finish: Finisher = Box::new(move |committed| {
                     let _ = reply.send(match committed {
                         Ok(()) => result,
-                        Err(e) => Err(e.to_sqlx()),
+                        Err(e) => Err(e),
                     });
                 });
                 finish
             })
         });
-        group.send(job).await.map_err(|_| sqlx::Error::PoolClosed)?;
-        answer.await.map_err(|_| sqlx::Error::PoolClosed)?
+        let closed = || DbError::from(sqlx::Error::PoolClosed);
+        group.send(job).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
     }
 
     /// On SQLite, folds the write-ahead log into the database and truncates it: on a full disk
@@ -181,8 +165,8 @@ impl Db {
     }
 
     /// Round-trips a trivial query, for `/readyz`.
-    pub async fn ping(&self) -> Result<(), sqlx::Error> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ())
+    pub async fn ping(&self) -> DbResult<()> {
+        Ok(sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ())?)
     }
 
     /// Closes the pool.
@@ -202,7 +186,7 @@ async fn group_commit(mut conn: AnyConnection, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let begun = conn.execute("BEGIN IMMEDIATE").await.map_err(|e| CommitError::of(&e));
+        let begun = conn.execute("BEGIN IMMEDIATE").await.map_err(DbError::from);
         let mut finishers = Vec::with_capacity(jobs.len());
         if begun.is_ok() {
             for job in jobs {
@@ -215,17 +199,36 @@ async fn group_commit(mut conn: AnyConnection, mut rx: mpsc::Receiver<Job>) {
                 Ok(_) => Ok(()),
                 Err(e) => {
                     let _ = conn.execute("ROLLBACK").await;
-                    Err(CommitError::of(&e))
+                    Err(DbError::from(e))
                 }
             },
         };
         if let Err(e) = &committed {
-            tracing::error!(cause = %e.message, full = e.full, "SQLite group commit failed");
+            tracing::error!(cause = ?e, "SQLite group commit failed");
         }
         for f in finishers {
             f(committed.clone());
         }
     }
+}
+
+/// The digest a row keeps as 64 hex digits in column `col`.
+pub(super) fn digest_at(r: &sqlx::any::AnyRow, col: &str) -> DbResult<spillway_api::Digest> {
+    use sqlx::Row;
+    let hex: String = r.try_get(col)?;
+    spillway_api::Digest::from_hex(&hex).ok_or_else(|| DbError::corrupt("digest", hex))
+}
+
+/// Labels a row keeps as a JSON object in column `col`.
+pub(super) fn labels_at(r: &sqlx::any::AnyRow, col: &str) -> DbResult<spillway_api::Labels> {
+    use sqlx::Row;
+    let text: String = r.try_get(col)?;
+    serde_json::from_str(&text).map_err(|_| DbError::corrupt("labels", text))
+}
+
+/// Labels as a row keeps them.
+pub(super) fn labels_json(labels: &spillway_api::Labels) -> String {
+    serde_json::to_string(labels).unwrap_or_else(|_| "{}".into())
 }
 
 pub(super) fn to_i64(v: u64) -> i64 {

@@ -3,9 +3,11 @@
 //! Every step works in pages ordered by key, and PostgreSQL replicas skip rows another
 //! replica has locked instead of colliding with it.
 
+use spillway_api::Digest;
 use sqlx::Row;
 
-use super::pool::{Backend, Db};
+use super::error::{DbError, DbResult};
+use super::pool::{digest_at, Backend, Db};
 
 impl Db {
     fn skip_locked(&self) -> &'static str {
@@ -16,7 +18,7 @@ impl Db {
     }
 
     /// Runs one statement binding `(i64, i64)` as a write; returns the rows it touched.
-    async fn write_two(&self, sql: String, a: i64, b: i64) -> Result<u64, sqlx::Error> {
+    async fn write_two(&self, sql: String, a: i64, b: i64) -> DbResult<u64> {
         self.write(move |c| {
             Box::pin(async move { Ok(sqlx::query(&sql).bind(a).bind(b).execute(c).await?.rows_affected()) })
         })
@@ -24,7 +26,7 @@ impl Db {
     }
 
     /// Deletes up to `limit` expired, unpinned references; returns how many.
-    pub async fn expire_refs(&self, now: i64, limit: i64) -> Result<u64, sqlx::Error> {
+    pub async fn expire_refs(&self, now: i64, limit: i64) -> DbResult<u64> {
         let sql = format!(
             "DELETE FROM refs WHERE id IN (SELECT id FROM refs WHERE pinned = 0 AND expires_at <= $1 \
              ORDER BY id LIMIT $2{})",
@@ -34,7 +36,7 @@ impl Db {
     }
 
     /// Counts expired, unpinned references (for a dry run).
-    pub async fn count_expired_refs(&self, now: i64) -> Result<u64, sqlx::Error> {
+    pub async fn count_expired_refs(&self, now: i64) -> DbResult<u64> {
         let n: i64 =
             sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM refs WHERE pinned = 0 AND expires_at <= $1")
                 .bind(now)
@@ -43,8 +45,8 @@ impl Db {
         Ok(n as u64)
     }
 
-    /// Of these digests (64 hex), those that have a row.
-    pub async fn known_blobs(&self, digests: &[String]) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    /// Of these digests, those that have a row.
+    pub async fn known_blobs(&self, digests: &[Digest]) -> DbResult<std::collections::HashSet<Digest>> {
         if digests.is_empty() {
             return Ok(Default::default());
         }
@@ -52,16 +54,17 @@ impl Db {
         let sql = format!("SELECT digest FROM blobs WHERE digest IN ({})", marks.join(", "));
         let mut q = sqlx::query_scalar::<_, String>(&sql);
         for d in digests {
-            q = q.bind(d);
+            q = q.bind(d.hex());
         }
-        Ok(q.fetch_all(&self.pool).await?.into_iter().collect())
+        let found = q.fetch_all(&self.pool).await?;
+        found.into_iter().map(|hex| Digest::from_hex(&hex).ok_or_else(|| DbError::corrupt("digest", hex))).collect()
     }
 
     /// Claims bytes that have no row (a crash between publication and the row) by writing a
     /// `deleting` row for them, so that an upload of the same content about to insert its row
     /// waits for the sweep and publishes again. False when a row appeared first.
-    pub async fn claim_orphan(&self, digest: &str, now: i64) -> Result<bool, sqlx::Error> {
-        let digest = digest.to_owned();
+    pub async fn claim_orphan(&self, digest: &Digest, now: i64) -> DbResult<bool> {
+        let digest = digest.hex();
         self.write(move |c| {
             Box::pin(async move {
                 let n = sqlx::query(
@@ -82,7 +85,7 @@ impl Db {
 
     /// Starts the grace period of every live blob whose references have all expired, from the
     /// moment the last of them expired: the grace is exact, whenever the pass runs.
-    pub async fn mark_expired(&self, now: i64) -> Result<u64, sqlx::Error> {
+    pub async fn mark_expired(&self, now: i64) -> DbResult<u64> {
         self.write(move |c| {
             Box::pin(async move {
                 let sql = "UPDATE blobs SET unreferenced_since = \
@@ -99,7 +102,7 @@ impl Db {
 
     /// Starts the grace period of every live blob that no reference points to (one whose
     /// references went some other way, such as a crash between steps).
-    pub async fn mark_unreferenced(&self, now: i64) -> Result<u64, sqlx::Error> {
+    pub async fn mark_unreferenced(&self, now: i64) -> DbResult<u64> {
         self.write(move |c| {
             Box::pin(async move {
                 let sql =
@@ -111,25 +114,25 @@ impl Db {
         .await
     }
 
-    /// Digests after `after` whose grace period ended by `cutoff`, in key order.
-    pub async fn collectable(&self, cutoff: i64, after: &str, limit: i64) -> Result<Vec<(String, u64)>, sqlx::Error> {
+    /// Digests after `after` (from the first when `None`) whose grace period ended by `cutoff`, in key order.
+    pub async fn collectable(&self, cutoff: i64, after: Option<&Digest>, limit: i64) -> DbResult<Vec<(Digest, u64)>> {
         let rows = sqlx::query(
             "SELECT digest, size FROM blobs WHERE state = 'live' AND unreferenced_since IS NOT NULL \
              AND unreferenced_since <= $1 AND digest > $2 ORDER BY digest LIMIT $3",
         )
         .bind(cutoff)
-        .bind(after)
+        .bind(after.map_or_else(String::new, Digest::hex))
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(|r| Ok((r.try_get("digest")?, r.try_get::<i64, _>("size")? as u64))).collect()
+        rows.iter().map(|r| Ok((digest_at(r, "digest")?, r.try_get::<i64, _>("size")? as u64))).collect()
     }
 
     /// Moves one blob from `live` to `deleting` if it is still unreferenced past `cutoff`.
     /// A concurrent upload that references it clears `unreferenced_since` in its own
     /// transaction, so exactly one of the two wins.
-    pub async fn claim_for_deletion(&self, digest: &str, cutoff: i64, now: i64) -> Result<bool, sqlx::Error> {
-        let digest = digest.to_owned();
+    pub async fn claim_for_deletion(&self, digest: &Digest, cutoff: i64, now: i64) -> DbResult<bool> {
+        let digest = digest.hex();
         self.write(move |c| {
             Box::pin(async move {
                 let n = sqlx::query(
@@ -153,24 +156,24 @@ impl Db {
     pub async fn stale_deletions(
         &self,
         stale_before: i64,
-        after: &str,
+        after: Option<&Digest>,
         limit: i64,
-    ) -> Result<Vec<(String, u64)>, sqlx::Error> {
+    ) -> DbResult<Vec<(Digest, u64)>> {
         let rows = sqlx::query(
             "SELECT digest, size FROM blobs WHERE state = 'deleting' AND deleting_since <= $1 \
              AND digest > $2 ORDER BY digest LIMIT $3",
         )
         .bind(stale_before)
-        .bind(after)
+        .bind(after.map_or_else(String::new, Digest::hex))
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(|r| Ok((r.try_get("digest")?, r.try_get::<i64, _>("size")? as u64))).collect()
+        rows.iter().map(|r| Ok((digest_at(r, "digest")?, r.try_get::<i64, _>("size")? as u64))).collect()
     }
 
     /// Second phase: the bytes are gone, so the row goes.
-    pub async fn forget_blob(&self, digest: &str) -> Result<bool, sqlx::Error> {
-        let digest = digest.to_owned();
+    pub async fn forget_blob(&self, digest: &Digest) -> DbResult<bool> {
+        let digest = digest.hex();
         self.write(move |c| {
             Box::pin(async move {
                 let n = sqlx::query("DELETE FROM blobs WHERE digest = $1 AND state = 'deleting'")
@@ -185,7 +188,7 @@ impl Db {
     }
 
     /// Deletes up to `limit` streams past their TTL (their chunks go with them).
-    pub async fn expire_streams(&self, now: i64, limit: i64, dry_run: bool) -> Result<u64, sqlx::Error> {
+    pub async fn expire_streams(&self, now: i64, limit: i64, dry_run: bool) -> DbResult<u64> {
         if dry_run {
             let n: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM streams WHERE expires_at <= $1")
                 .bind(now)
@@ -213,7 +216,7 @@ impl Db {
     }
 
     /// Blobs that a dry run would delete: unreferenced now or by expiry, past the grace period.
-    pub async fn count_collectable(&self, now: i64, cutoff: i64) -> Result<(u64, u64), sqlx::Error> {
+    pub async fn count_collectable(&self, now: i64, cutoff: i64) -> DbResult<(u64, u64)> {
         let row = sqlx::query(
             "SELECT CAST(COUNT(*) AS BIGINT) AS n, CAST(COALESCE(SUM(size), 0) AS BIGINT) AS bytes FROM blobs b \
              WHERE b.state = 'live' AND COALESCE(b.unreferenced_since, $1) <= $2 \

@@ -3,11 +3,12 @@
 //! so two replicas can never both accept the same offset.
 
 use bytes::{Bytes, BytesMut};
-use spillway_api::StreamState;
+use spillway_api::{Digest, Labels, StreamState};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::pool::{to_i64, Db};
+use super::error::DbResult;
+use super::pool::{digest_at, labels_at, labels_json, to_i64, Db};
 use spillway_api::paging::lines::Checkpoint;
 
 /// A stream as stored.
@@ -15,8 +16,8 @@ use spillway_api::paging::lines::Checkpoint;
 pub struct StreamRow {
     /// The stream id: 32 lowercase hex digits.
     pub id: String,
-    /// Labels JSON.
-    pub labels: String,
+    /// Labels given at creation, for the blob its seal makes.
+    pub labels: Labels,
     /// TTL of the blob reference made by sealing.
     pub ttl_ms: i64,
     /// Most bytes the stream takes (its cap).
@@ -29,8 +30,8 @@ pub struct StreamRow {
     pub last_byte: Option<u8>,
     /// Open, capped or sealed.
     pub state: StreamState,
-    /// Sealed blob, 64 hex.
-    pub digest: Option<String>,
+    /// The blob its seal made.
+    pub digest: Option<Digest>,
     /// The task's exit code, as its supervisor said at seal.
     pub exit_code: Option<i64>,
     /// The signal that ended the task (`TERM`, `KILL`, …), as its supervisor said at seal.
@@ -68,11 +69,11 @@ pub enum AppendOutcome {
     Closed(StreamState),
 }
 
-fn stream_from_row(r: &AnyRow) -> Result<StreamRow, sqlx::Error> {
+fn stream_from_row(r: &AnyRow) -> DbResult<StreamRow> {
     let state: String = r.try_get("state")?;
     Ok(StreamRow {
         id: r.try_get("id")?,
-        labels: r.try_get("labels")?,
+        labels: labels_at(r, "labels")?,
         ttl_ms: r.try_get("ttl_ms")?,
         max_bytes: r.try_get::<i64, _>("max_bytes")? as u64,
         size: r.try_get::<i64, _>("size")? as u64,
@@ -83,7 +84,10 @@ fn stream_from_row(r: &AnyRow) -> Result<StreamRow, sqlx::Error> {
             "sealed" => StreamState::Sealed,
             _ => StreamState::Open,
         },
-        digest: r.try_get("digest")?,
+        digest: match r.try_get::<Option<String>, _>("digest")? {
+            Some(_) => Some(digest_at(r, "digest")?),
+            None => None,
+        },
         exit_code: r.try_get("exit_code")?,
         signal: r.try_get("signal")?,
         hit_cap: r.try_get::<i64, _>("hit_cap")? != 0,
@@ -100,12 +104,12 @@ impl Db {
         &self,
         id: &str,
         ns: &str,
-        labels: &str,
+        labels: &Labels,
         ttl_ms: i64,
         max_bytes: u64,
         now: i64,
-    ) -> Result<(), sqlx::Error> {
-        let (id, ns, labels) = (id.to_owned(), ns.to_owned(), labels.to_owned());
+    ) -> DbResult<()> {
+        let (id, ns, labels) = (id.to_owned(), ns.to_owned(), labels_json(labels));
         self.write(move |c| {
             Box::pin(async move {
                 sqlx::query(
@@ -128,7 +132,7 @@ impl Db {
     }
 
     /// The stream if it belongs to `ns`.
-    pub async fn get_stream(&self, ns: &str, id: &str) -> Result<Option<StreamRow>, sqlx::Error> {
+    pub async fn get_stream(&self, ns: &str, id: &str) -> DbResult<Option<StreamRow>> {
         let sql = format!("SELECT {STREAM_COLS} FROM streams WHERE namespace = $1 AND id = $2");
         let row = sqlx::query(&sql).bind(ns).bind(id).fetch_optional(&self.pool).await?;
         row.as_ref().map(stream_from_row).transpose()
@@ -136,13 +140,7 @@ impl Db {
 
     /// Appends `data` at `offset`, which must equal the current size; re-sending bytes
     /// already stored there is a no-op.
-    pub async fn append_stream(
-        &self,
-        ns: &str,
-        id: &str,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<AppendOutcome, sqlx::Error> {
+    pub async fn append_stream(&self, ns: &str, id: &str, offset: u64, data: &[u8]) -> DbResult<AppendOutcome> {
         let Some(s) = self.get_stream(ns, id).await? else {
             return Ok(AppendOutcome::NotFound);
         };
@@ -174,7 +172,7 @@ impl Db {
 
     /// Writes the next piece of a stream and its new size, if the stream is still open at the
     /// size it was read at; 0 when another writer moved it first.
-    async fn extend(&self, s: &StreamRow, part: &[u8], new_state: StreamState) -> Result<u64, sqlx::Error> {
+    async fn extend(&self, s: &StreamRow, part: &[u8], new_state: StreamState) -> DbResult<u64> {
         let newlines = s.newlines + memchr::memchr_iter(b'\n', part).count() as u64;
         let last_byte = part.last().map(|&b| i64::from(b)).or(s.last_byte.map(i64::from));
         let (sid, old, old_newlines, chunk) = (s.id.clone(), s.size, s.newlines, part.to_vec());
@@ -211,7 +209,7 @@ impl Db {
 
     /// An append at an offset already written: a retry when the bytes it carries are those
     /// stored there (up to the cap, for the append that reached it), else a wrong offset.
-    async fn retried(&self, s: &StreamRow, offset: u64, data: &[u8]) -> Result<AppendOutcome, sqlx::Error> {
+    async fn retried(&self, s: &StreamRow, offset: u64, data: &[u8]) -> DbResult<AppendOutcome> {
         let end = offset.saturating_add(data.len() as u64);
         let held = end.min(s.size);
         if self.read_stream(&s.id, offset, held).await?.as_ref() == &data[..(held - offset) as usize] {
@@ -226,7 +224,7 @@ impl Db {
     }
 
     /// Bytes `start..end` of a stream.
-    pub async fn read_stream(&self, id: &str, start: u64, end: u64) -> Result<Bytes, sqlx::Error> {
+    pub async fn read_stream(&self, id: &str, start: u64, end: u64) -> DbResult<Bytes> {
         let first = self.stream_checkpoint_for_offset(id, start).await?.offset;
         let rows = sqlx::query(
             "SELECT start, data FROM stream_chunks WHERE stream_id = $1 AND start >= $2 AND start < $3 ORDER BY start",
@@ -249,7 +247,7 @@ impl Db {
         Ok(out.freeze())
     }
 
-    async fn stream_checkpoint(&self, sql: &str, id: &str, v: u64) -> Result<Checkpoint, sqlx::Error> {
+    async fn stream_checkpoint(&self, sql: &str, id: &str, v: u64) -> DbResult<Checkpoint> {
         let row = sqlx::query(sql).bind(id).bind(to_i64(v)).fetch_optional(&self.pool).await?;
         Ok(match row {
             Some(r) => Checkpoint {
@@ -261,14 +259,14 @@ impl Db {
     }
 
     /// The chunk start at or before `offset`, with the newlines before it.
-    pub async fn stream_checkpoint_for_offset(&self, id: &str, offset: u64) -> Result<Checkpoint, sqlx::Error> {
+    pub async fn stream_checkpoint_for_offset(&self, id: &str, offset: u64) -> DbResult<Checkpoint> {
         let sql = "SELECT start, newlines FROM stream_chunks WHERE stream_id = $1 AND start <= $2 \
                    ORDER BY start DESC LIMIT 1";
         self.stream_checkpoint(sql, id, offset).await
     }
 
     /// The last chunk start at or before the start of `line`.
-    pub async fn stream_checkpoint_for_line(&self, id: &str, line: u64) -> Result<Checkpoint, sqlx::Error> {
+    pub async fn stream_checkpoint_for_line(&self, id: &str, line: u64) -> DbResult<Checkpoint> {
         let sql = "SELECT start, newlines FROM stream_chunks WHERE stream_id = $1 AND newlines < $2 \
                    ORDER BY start DESC LIMIT 1";
         self.stream_checkpoint(sql, id, line.saturating_sub(1)).await
@@ -283,7 +281,7 @@ impl Db {
         id: &str,
         exit_code: Option<i64>,
         signal: Option<String>,
-    ) -> Result<Option<StreamRow>, sqlx::Error> {
+    ) -> DbResult<Option<StreamRow>> {
         let (n, i) = (ns.to_owned(), id.to_owned());
         self.write(move |c| {
             Box::pin(async move {
@@ -305,8 +303,8 @@ impl Db {
     }
 
     /// Records the sealed blob and drops the chunks, unless another seal got there first.
-    pub async fn finish_seal(&self, id: &str, digest: &str) -> Result<(), sqlx::Error> {
-        let (id, digest) = (id.to_owned(), digest.to_owned());
+    pub async fn finish_seal(&self, id: &str, digest: &Digest) -> DbResult<()> {
+        let (id, digest) = (id.to_owned(), digest.hex());
         self.write(move |c| {
             Box::pin(async move {
                 let n = sqlx::query("UPDATE streams SET digest = $1 WHERE id = $2 AND digest IS NULL")

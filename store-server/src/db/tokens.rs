@@ -2,6 +2,7 @@
 
 use sqlx::Row;
 
+use super::error::DbResult;
 use super::pool::Db;
 
 /// What a token grants.
@@ -35,13 +36,7 @@ pub fn token_id(hash: &str) -> &str {
 
 impl Db {
     /// Stores a token's hash.
-    pub async fn insert_token(
-        &self,
-        hash: &str,
-        namespace: &str,
-        scopes: &[String],
-        now: i64,
-    ) -> Result<(), sqlx::Error> {
+    pub async fn insert_token(&self, hash: &str, namespace: &str, scopes: &[String], now: i64) -> DbResult<()> {
         let (hash, namespace, scopes) = (hash.to_owned(), namespace.to_owned(), scopes.join(" "));
         self.write(move |c| {
             Box::pin(async move {
@@ -59,12 +54,12 @@ impl Db {
     }
 
     /// Looks a token up by its hash.
-    pub async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, sqlx::Error> {
+    pub async fn find_token(&self, hash: &str) -> DbResult<Option<TokenRow>> {
         let row = sqlx::query("SELECT namespace, scopes FROM tokens WHERE hash = $1")
             .bind(hash)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|r| -> Result<_, sqlx::Error> {
+        row.map(|r| -> DbResult<_> {
             let scopes: String = r.try_get("scopes")?;
             Ok(TokenRow {
                 namespace: r.try_get("namespace")?,
@@ -75,7 +70,7 @@ impl Db {
     }
 
     /// Records that a token was used now.
-    pub async fn touch_token(&self, hash: &str, now: i64) -> Result<(), sqlx::Error> {
+    pub async fn touch_token(&self, hash: &str, now: i64) -> DbResult<()> {
         let hash = hash.to_owned();
         self.write(move |c| {
             Box::pin(async move {
@@ -91,7 +86,7 @@ impl Db {
     }
 
     /// Every token, oldest first, without its secret.
-    pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>, sqlx::Error> {
+    pub async fn list_tokens(&self) -> DbResult<Vec<TokenInfo>> {
         let rows = sqlx::query(
             "SELECT hash, namespace, scopes, created_at, last_used_at FROM tokens ORDER BY created_at, hash",
         )
@@ -113,7 +108,7 @@ impl Db {
     }
 
     /// Deletes the token whose id is `id`; false when there is none.
-    pub async fn revoke_token(&self, id: &str) -> Result<bool, sqlx::Error> {
+    pub async fn revoke_token(&self, id: &str) -> DbResult<bool> {
         let hashes: Vec<String> = sqlx::query_scalar("SELECT hash FROM tokens").fetch_all(&self.pool).await?;
         let Some(hash) = hashes.into_iter().find(|h| token_id(h) == id) else {
             return Ok(false);
@@ -129,7 +124,7 @@ impl Db {
     }
 
     /// How many tokens exist (the first start creates one when there are none).
-    pub async fn count_tokens(&self) -> Result<i64, sqlx::Error> {
-        sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM tokens").fetch_one(&self.pool).await
+    pub async fn count_tokens(&self) -> DbResult<i64> {
+        Ok(sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM tokens").fetch_one(&self.pool).await?)
     }
 }

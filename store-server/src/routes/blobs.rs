@@ -12,9 +12,9 @@ use super::extract::{json_object_body, parse_digest, RefOptions, Q};
 use crate::auth::{Caller, Scope};
 use crate::clock::rfc3339;
 use crate::db::{AddRef, BlobRow, NewRef};
-use crate::error::{is_storage_full, ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use crate::store::{blob_digest, visible};
+use crate::store::visible;
 use crate::upload::{self, RefSpec};
 
 fn check_length(headers: &HeaderMap, state: &AppState) -> ApiResult<()> {
@@ -83,7 +83,7 @@ pub(super) async fn post_blob(
 }
 
 fn etag(row: &BlobRow) -> String {
-    format!("\"blake3:{}\"", row.digest)
+    format!("\"{}\"", row.digest)
 }
 
 fn base_headers(row: &BlobRow) -> [(header::HeaderName, String); 4] {
@@ -91,7 +91,7 @@ fn base_headers(row: &BlobRow) -> [(header::HeaderName, String); 4] {
         (header::ETAG, etag(row)),
         (header::ACCEPT_RANGES, "bytes".into()),
         (header::CONTENT_TYPE, "application/octet-stream".into()),
-        (header::HeaderName::from_static("x-spillway-sha256"), format!("sha256:{}", row.sha256)),
+        (header::HeaderName::from_static("x-spillway-sha256"), row.sha256.to_string()),
     ]
 }
 
@@ -173,7 +173,7 @@ pub(super) async fn get_blob(
         Some(r) => (StatusCode::PARTIAL_CONTENT, r.clone()),
         None => (StatusCode::OK, 0..row.size),
     };
-    let digest = blob_digest(&row)?;
+    let digest = row.digest;
     let len = span.end - span.start;
     metrics::counter!("spillway_bytes_out_total").increment(len);
     let body = match &row.inline_data {
@@ -216,20 +216,13 @@ pub(super) async fn pin_blob(
     let row = visible(&state, &caller.namespace, &d).await?;
     let new_ref = NewRef {
         namespace: caller.namespace.clone(),
-        digest: row.digest.clone(),
+        digest: row.digest,
         labels: Default::default(),
         expires_at,
         pin_reason: req.reason.clone(),
     };
     match state.db.add_ref_if_live(&new_ref, now).await? {
-        AddRef::Added { .. } => Ok(Json(BlobRecord {
-            digest: blob_digest(&row)?,
-            sha256: format!("sha256:{}", row.sha256),
-            size: row.size,
-            lines: row.lines,
-            deduplicated: true,
-            expires_at: expires_at.map(rfc3339),
-        })),
+        AddRef::Added { .. } => Ok(Json(row.record(true, expires_at.map(rfc3339)))),
         _ => Err(ApiError::NotFound(format!("blob {d}"))),
     }
 }
@@ -252,7 +245,7 @@ pub(super) async fn unpin_blob(
     let d = parse_digest(&raw)?;
     let row = visible(&state, &caller.namespace, &d).await?;
     let removed = match state.db.unpin(&caller.namespace, &row.digest, state.now()).await {
-        Err(e) if is_storage_full(&e) => {
+        Err(e) if e.is_full() => {
             make_room(&state).await;
             state.db.unpin(&caller.namespace, &row.digest, state.now()).await?
         }
@@ -276,7 +269,7 @@ pub(super) async fn delete_blob(
     let d = parse_digest(&raw)?;
     let row = visible(&state, &caller.namespace, &d).await?;
     match state.db.delete_refs(&caller.namespace, &row.digest, state.now()).await {
-        Err(e) if is_storage_full(&e) => {
+        Err(e) if e.is_full() => {
             make_room(&state).await;
             state.db.delete_refs(&caller.namespace, &row.digest, state.now()).await?;
         }

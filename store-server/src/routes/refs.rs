@@ -53,7 +53,7 @@ pub(super) async fn list_refs(
         .iter()
         .take(limit as usize)
         .map(|r| RefEntry {
-            digest: format!("blake3:{}", r.digest),
+            digest: r.digest.to_string(),
             size: r.size,
             lines: r.lines,
             labels: r.labels.clone(),

@@ -12,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::Deserialize;
 use spillway_api::{
-    AppendResponse, BlobRecord, GrepResponse, Labels, ReadPage, SealRequest, StreamCreated, StreamInfo, StreamState,
+    AppendResponse, BlobRecord, Digest, GrepResponse, ReadPage, SealRequest, StreamCreated, StreamInfo, StreamState,
     MAX_WAIT_MS,
 };
 
@@ -51,7 +51,7 @@ fn info(row: &StreamRow) -> StreamInfo {
         id: row.id.clone(),
         size: row.size,
         state: row.state,
-        digest: row.digest.as_ref().map(|d| format!("blake3:{d}")),
+        digest: row.digest.as_ref().map(Digest::to_string),
         max_bytes: row.max_bytes,
         exit_code: row.exit_code.and_then(|c| i32::try_from(c).ok()),
         signal: row.signal.clone(),
@@ -87,8 +87,7 @@ pub(super) async fn create_stream(
         return Err(ApiError::InvalidArgument(format!("max_bytes must be 1 to {cap}")));
     }
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let labels = serde_json::to_string(&opts.labels).map_err(ApiError::internal)?;
-    state.db.create_stream(&id, &caller.namespace, &labels, ttl_ms, max_bytes, state.now()).await?;
+    state.db.create_stream(&id, &caller.namespace, &opts.labels, ttl_ms, max_bytes, state.now()).await?;
     Ok((StatusCode::CREATED, Json(StreamCreated { id, max_bytes })).into_response())
 }
 
@@ -274,7 +273,7 @@ pub(super) async fn grep_stream(
     caller.require(Scope::Read)?;
     let regex = q.compile()?;
     let row = find(&state, &caller, &id).await?;
-    let digest = match row.digest.clone() {
+    let digest = match row.digest {
         Some(digest) => digest,
         None => match paging::grep(&StreamSource { db: state.db.clone(), row }, q.request(&regex))
             .await
@@ -293,7 +292,7 @@ pub(super) async fn grep_stream(
 }
 
 /// The blob a sealed stream became, as a read source.
-async fn sealed_source(state: &AppState, caller: &Caller, id: &str, digest: &str) -> ApiResult<BlobSource> {
+async fn sealed_source(state: &AppState, caller: &Caller, id: &str, digest: &Digest) -> ApiResult<BlobSource> {
     let blob = state
         .db
         .visible_blob(&caller.namespace, digest, state.now())
@@ -309,10 +308,16 @@ fn may_grow(row: &StreamRow) -> bool {
 }
 
 /// A read of a sealed stream: its chunks became a blob.
-async fn sealed_page(state: &AppState, caller: &Caller, id: &str, digest: &str, q: &ReadQuery) -> ApiResult<PageJson> {
+async fn sealed_page(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    digest: &Digest,
+    q: &ReadQuery,
+) -> ApiResult<PageJson> {
     let src = sealed_source(state, caller, id, digest).await?;
     let mut page = page_of(&src, q).await?;
-    page.digest = Some(format!("blake3:{digest}"));
+    page.digest = Some(digest.to_string());
     Ok(PageJson(page))
 }
 
@@ -341,21 +346,24 @@ pub(super) async fn seal_stream(
             .visible_blob(&caller.namespace, digest, state.now())
             .await?
             .ok_or_else(|| ApiError::NotFound(format!("sealed blob of stream {id}")))?;
-        let record = BlobRecord {
-            digest: format!("blake3:{digest}").parse().map_err(ApiError::internal)?,
-            sha256: format!("sha256:{}", blob.sha256),
-            size: blob.size,
-            lines: blob.lines,
-            deduplicated: true,
-            expires_at: None,
-        };
-        return Ok((StatusCode::OK, Json(record)).into_response());
+        return Ok((StatusCode::OK, Json(blob.record(true, None))).into_response());
     }
-    let labels: Labels = serde_json::from_str(&row.labels).unwrap_or_default();
-    let spec = RefSpec { namespace: caller.namespace.clone(), labels, ttl_ms: Some(row.ttl_ms) };
-    let db = state.db.clone();
+    let spec = RefSpec { namespace: caller.namespace.clone(), labels: row.labels.clone(), ttl_ms: Some(row.ttl_ms) };
+    let stored = upload::store(&state, None, &spec, chunks(&state.db, &row), Some(row.size)).await?;
+    if stored.record.size != row.size {
+        return Err(ApiError::Unavailable("the stream changed while it was sealed; retry".into()));
+    }
+    state.db.finish_seal(&id, &stored.record.digest).await?;
+    state.stream_waiters.wake(&id);
+    let status = if stored.record.deduplicated { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(stored.record)).into_response())
+}
+
+/// A stream's stored bytes in order, [`SEAL_READ`] at a time, for its seal.
+fn chunks(db: &Db, row: &StreamRow) -> impl futures::Stream<Item = ApiResult<Bytes>> + Send + 'static {
+    let db = db.clone();
     let (sid, size) = (row.id.clone(), row.size);
-    let body = futures::stream::try_unfold(0u64, move |pos| {
+    futures::stream::try_unfold(0u64, move |pos| {
         let (db, sid) = (db.clone(), sid.clone());
         async move {
             if pos >= size {
@@ -364,17 +372,9 @@ pub(super) async fn seal_stream(
             let end = size.min(pos + SEAL_READ);
             let data = db.read_stream(&sid, pos, end).await?;
             if data.is_empty() {
-                return Err(sqlx::Error::RowNotFound);
+                return Err(ApiError::Unavailable("the stream's chunks ended before its size".into()));
             }
-            Ok::<_, sqlx::Error>(Some((data.clone(), pos + data.len() as u64)))
+            Ok(Some((data.clone(), pos + data.len() as u64)))
         }
-    });
-    let stored = upload::store(&state, None, &spec, body, Some(row.size)).await?;
-    if stored.record.size != row.size {
-        return Err(ApiError::Unavailable("the stream changed while it was sealed; retry".into()));
-    }
-    state.db.finish_seal(&id, &stored.record.digest.hex()).await?;
-    state.stream_waiters.wake(&id);
-    let status = if stored.record.deduplicated { StatusCode::OK } else { StatusCode::CREATED };
-    Ok((status, Json(stored.record)).into_response())
+    })
 }

@@ -204,7 +204,7 @@ async fn half_done_deletions_are_finished_after_the_lease() {
     let (db, now) = (&srv.state.db, srv.state.now());
     db.mark_expired(now).await.unwrap();
     db.expire_refs(now, 500).await.unwrap();
-    assert!(db.claim_for_deletion(&d.hex(), now, now).await.unwrap());
+    assert!(db.claim_for_deletion(&d, now, now).await.unwrap());
     // ... and the pass died here.
     let s = srv.retention().await;
     assert_eq!(s.blobs_deleted, 0, "inside the lease: maybe still running elsewhere");
@@ -213,7 +213,7 @@ async fn half_done_deletions_are_finished_after_the_lease() {
     let s = srv.retention().await;
     assert_eq!(s.blobs_deleted, 1, "{s:?}");
     assert!(srv.stored_under("blobs").is_empty());
-    assert_eq!(db.blob_state(&d.hex()).await.unwrap(), None);
+    assert_eq!(db.blob_state(&d).await.unwrap(), None);
     srv.stop().await;
 }
 
@@ -228,11 +228,11 @@ async fn the_retention_loop_runs_on_its_interval() {
     let c = srv.client();
     let d = c.put(Bytes::from_static(b"collected by the loop"), &ttl(1)).await.unwrap().digest;
     srv.clock.advance_secs(2);
-    let (db, hex) = (srv.state.db.clone(), d.hex());
+    let db = srv.state.db.clone();
     let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = gone.clone();
     let watcher = tokio::spawn(async move {
-        while db.blob_state(&hex).await.unwrap().is_some() {
+        while db.blob_state(&d).await.unwrap().is_some() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         flag.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -12,7 +12,7 @@ use crate::support::*;
 /// The blob's row is there (its bytes are, inline or as an object, whenever the row is).
 async fn is_stored(srv: &TestServer, data: &[u8]) -> bool {
     let d = Digest::of(data);
-    let row = srv.state.db.blob_row(&d.hex()).await.unwrap();
+    let row = srv.state.db.blob_row(&d).await.unwrap();
     match row {
         Some(r) if r.inline_data.is_none() => srv.state.blobs.exists(&d).await.unwrap(),
         Some(_) => true,
@@ -163,13 +163,13 @@ async fn bytes_without_a_row_are_swept_after_the_grace_and_the_lease() {
 
     // The race: the sweep has claimed the digest when an upload of the same bytes arrives.
     srv.state.blobs.plant(&d, orphan.clone()).await.unwrap();
-    assert!(srv.state.db.claim_orphan(&d.hex(), srv.state.now()).await.unwrap());
+    assert!(srv.state.db.claim_orphan(&d, srv.state.now()).await.unwrap());
     let upload = {
         let (c, orphan) = (c.clone(), orphan.clone());
         tokio::spawn(async move { c.put(orphan, &ttl(3600)).await })
     };
     srv.state.blobs.delete(&d).await.unwrap(); // the sweep's second phase: bytes, then the row
-    assert!(srv.state.db.forget_blob(&d.hex()).await.unwrap());
+    assert!(srv.state.db.forget_blob(&d).await.unwrap());
     let rec = upload.await.unwrap().expect("the upload waits for the sweep and stores the bytes again");
     assert_eq!(c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap(), orphan);
     assert!(srv.state.blobs.exists(&d).await.unwrap());
@@ -237,7 +237,7 @@ async fn an_upload_waits_for_the_deletion_of_its_content() {
     let (db, now) = (&srv.state.db, srv.state.now());
     db.mark_expired(now).await.unwrap();
     db.expire_refs(now, 500).await.unwrap();
-    assert!(db.claim_for_deletion(&d.hex(), now, now).await.unwrap(), "the first phase of a deletion");
+    assert!(db.claim_for_deletion(&d, now, now).await.unwrap(), "the first phase of a deletion");
     let upload = {
         let (c, data) = (c.clone(), data.clone());
         tokio::spawn(async move { c.put(data, &ttl(3600)).await })
@@ -245,7 +245,7 @@ async fn an_upload_waits_for_the_deletion_of_its_content() {
     let races = srv.state.races.clone();
     eventually("the upload waits for the deletion", || races.waited_for_deletion.load(Relaxed) > 0).await;
     srv.state.blobs.delete(&d).await.unwrap(); // the second phase: bytes, then the row
-    assert!(db.forget_blob(&d.hex()).await.unwrap());
+    assert!(db.forget_blob(&d).await.unwrap());
     let rec = upload.await.unwrap().expect("stored again once the deletion finished");
     assert!(!rec.deduplicated);
     assert_eq!(c.get(&d.to_string()).await.unwrap().bytes().await.unwrap(), data);

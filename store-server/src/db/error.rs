@@ -1,0 +1,77 @@
+//! What went wrong in the metadata database, by meaning. The routes map each meaning to one
+//! answer (507, 503, 500) without looking into the driver's error; every variant keeps the
+//! driver's error as its `source`.
+
+use std::sync::Arc;
+
+/// A database failure. Cheap to clone: the SQLite group commit gives the same failure to
+/// every write of its batch.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DbError {
+    /// Out of space: SQLite's `SQLITE_FULL` (13), PostgreSQL's `disk_full` (53100), or an I/O
+    /// error of kind `StorageFull`.
+    #[error("the metadata database is full")]
+    Full(#[source] Arc<sqlx::Error>),
+    /// Not reachable now (the pool timed out or closed, a connection's I/O failed): retry.
+    #[error("the metadata database is unavailable")]
+    Unavailable(#[source] Arc<sqlx::Error>),
+    /// A stored value that does not parse as its type: the database was changed by hand or
+    /// by a newer version.
+    #[error("malformed {what} stored in the database: {value:?}")]
+    Corrupt {
+        /// What the column holds (`digest`, `labels`, …).
+        what: &'static str,
+        /// The value found.
+        value: String,
+    },
+    /// A statement failed otherwise.
+    #[error("database statement failed")]
+    Statement(#[source] Arc<sqlx::Error>),
+}
+
+/// Results of the database layer.
+pub type DbResult<T> = Result<T, DbError>;
+
+impl From<sqlx::Error> for DbError {
+    fn from(e: sqlx::Error) -> Self {
+        let full = match &e {
+            sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("13" | "53100")),
+            sqlx::Error::Io(io) => io.kind() == std::io::ErrorKind::StorageFull,
+            _ => false,
+        };
+        if full {
+            return Self::Full(Arc::new(e));
+        }
+        match e {
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => Self::Unavailable(Arc::new(e)),
+            other => Self::Statement(Arc::new(other)),
+        }
+    }
+}
+
+impl DbError {
+    /// True when the database failed for want of space.
+    pub fn is_full(&self) -> bool {
+        matches!(self, Self::Full(_))
+    }
+
+    /// For a value read back that does not parse.
+    pub(crate) fn corrupt(what: &'static str, value: impl Into<String>) -> Self {
+        Self::Corrupt { what, value: value.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meanings_of_driver_errors() {
+        let full = sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::StorageFull, "no space"));
+        assert!(DbError::from(full).is_full());
+        assert!(matches!(DbError::from(sqlx::Error::PoolTimedOut), DbError::Unavailable(_)));
+        assert!(matches!(DbError::from(sqlx::Error::RowNotFound), DbError::Statement(_)));
+        let e = DbError::from(sqlx::Error::PoolClosed);
+        assert!(std::error::Error::source(&e).is_some(), "the driver's error is kept");
+    }
+}
