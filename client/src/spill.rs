@@ -258,15 +258,17 @@ impl SpillTarget for RemoteStore {
 }
 
 impl RemoteWriter {
-    /// The upload ended before the output did: its own error says why (a refused token, a
-    /// size limit, a refused connection), which is what the receipt must name.
-    async fn early_end(&mut self, deadline: &mut Deadline) -> ClientError {
+    /// How the upload ended, once its body is closed: the record, or why the store did not
+    /// take it (a refused token, a size limit, a refused connection), which is what the
+    /// receipt must name.
+    async fn outcome(&mut self, deadline: &mut Deadline) -> Result<spillway_api::BlobRecord> {
         self.tx = None;
         match deadline.wait(&mut self.task).await {
+            Ok(Ok(Ok(rec))) => Ok(rec),
             // The store may refuse a request before reading its body (a bad token, a size it
             // will not take) and close the connection while the body is still being sent; the
             // client then sees a broken connection, not the answer. Ask the store why.
-            Ok(Ok(Err(e @ ClientError::Http(_)))) => match deadline.wait(self.client.check_access()).await {
+            Ok(Ok(Err(e @ ClientError::Http(_)))) => Err(match deadline.wait(self.client.check_access()).await {
                 Ok(Err(refused @ ClientError::Api { .. })) => refused,
                 Ok(Ok(Some(limit))) if self.sent > limit => ClientError::Api {
                     status: 413,
@@ -274,11 +276,18 @@ impl RemoteWriter {
                     message: format!("the output passed the store's limit of {limit} bytes"),
                 },
                 _ => e,
-            },
-            Ok(Ok(Err(e))) => e,
-            Ok(Ok(Ok(_))) => ClientError::Other("the store answered before the output was complete".into()),
-            Ok(Err(join)) => ClientError::Other(format!("the upload task failed: {join}")),
-            Err(timeout) => timeout,
+            }),
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(join)) => Err(ClientError::Other(format!("the upload task failed: {join}"))),
+            Err(timeout) => Err(timeout),
+        }
+    }
+
+    /// The upload ended before the output did: why.
+    async fn early_end(&mut self, deadline: &mut Deadline) -> ClientError {
+        match self.outcome(deadline).await {
+            Ok(_) => ClientError::Other("the store answered before the output was complete".into()),
+            Err(e) => e,
         }
     }
 }
@@ -303,8 +312,9 @@ impl SpillWriter for RemoteWriter {
     }
 
     async fn finish(mut self: Box<Self>, deadline: &mut Deadline) -> Result<Location> {
-        drop(self.tx.take());
-        let rec = deadline.wait(&mut self.task).await?.map_err(|e| ClientError::Other(e.to_string()))??;
+        // A refusal can also surface only here, when the whole output was queued before the
+        // store answered (a slow store): it is diagnosed the same way.
+        let rec = self.outcome(deadline).await?;
         Ok(Location::Store { digest: rec.digest.to_string() })
     }
 }
