@@ -404,18 +404,17 @@ async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
             };
             print_json(&conn.reader()?.grep(&parse_digest(digest)?, &g).await?)?;
         }
-        Cmd::Stat { digest } => print_json(&conn.store()?.stat(&parse_digest(digest)?.to_string()).await?)?,
+        Cmd::Stat { digest } => print_json(&conn.store()?.stat(parse_digest(digest)?).await?)?,
         Cmd::Pin { digest, until, reason } => {
-            let d = parse_digest(digest)?.to_string();
-            print_json(&conn.store()?.pin_until(&d, reason.as_deref(), *until).await?)?;
+            print_json(&conn.store()?.pin_until(parse_digest(digest)?, reason.as_deref(), *until).await?)?;
         }
         Cmd::Refs { labels, limit, cursor } => {
             let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             print_json(&conn.store()?.list_refs(&labels, *limit, cursor.as_deref()).await?)?;
         }
         Cmd::Rm { digest } => {
-            let d = parse_digest(digest)?.to_string();
-            conn.store()?.delete(&d).await?;
+            let d = parse_digest(digest)?;
+            conn.store()?.delete(d).await?;
             print_json(&serde_json::json!({ "digest": d, "removed": true }))?;
         }
         Cmd::Gate { budget, keep, .. } => gate_turn(conn, *budget, *keep).await?,

@@ -153,3 +153,10 @@ impl ClientError {
 
 /// Results of the SDK.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+/// For paging over sources that cannot fail.
+impl From<std::convert::Infallible> for ClientError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}

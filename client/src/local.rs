@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use bytes::Bytes;
 use spillway_api::paging::lines::{Checkpoint, LineIndex, LineIndexBuilder};
-use spillway_api::paging::{self, GrepRequest, PageError, PageResult, Source};
+use spillway_api::paging::{self, GrepRequest, PageError, Source};
 use spillway_api::{Digest, GrepResponse, ReadPage};
 
 use crate::error::{ClientError, Result};
@@ -60,6 +60,7 @@ impl LocalSource {
 
 #[async_trait]
 impl Source for LocalSource {
+    type Error = std::io::Error;
     fn size(&self) -> u64 {
         self.size
     }
@@ -69,13 +70,13 @@ impl Source for LocalSource {
     fn digest(&self) -> Option<String> {
         Some(self.digest.to_string())
     }
-    async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint> {
+    async fn checkpoint_for_offset(&self, offset: u64) -> std::io::Result<Checkpoint> {
         Ok(self.index.for_offset(offset))
     }
-    async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint> {
+    async fn checkpoint_for_line(&self, line: u64) -> std::io::Result<Checkpoint> {
         Ok(self.index.for_line(line))
     }
-    async fn read(&self, start: u64, end: u64) -> PageResult<Bytes> {
+    async fn read(&self, start: u64, end: u64) -> std::io::Result<Bytes> {
         use std::io::{Read, Seek, SeekFrom};
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || -> std::io::Result<Bytes> {
@@ -86,12 +87,13 @@ impl Source for LocalSource {
             Ok(Bytes::from(buf))
         })
         .await
-        .map_err(|e| PageError::Source(Box::new(e)))?
-        .map_err(|e| PageError::Source(Box::new(e)))
+        .map_err(std::io::Error::other)?
     }
 }
 
-fn page_err(e: PageError) -> ClientError {
+/// A paging refusal as the server would answer it (the same status and code), so that
+/// `--local` and the store fail alike; the file's own failures stay I/O errors.
+fn page_err<E: Into<ClientError>>(e: PageError<E>) -> ClientError {
     match e {
         PageError::InvalidArgument(m) => {
             ClientError::Api { status: 400, code: spillway_api::ErrorCode::InvalidArgument, message: m }
@@ -99,7 +101,8 @@ fn page_err(e: PageError) -> ClientError {
         PageError::RangeNotSatisfiable { message, .. } => {
             ClientError::Api { status: 416, code: spillway_api::ErrorCode::RangeNotSatisfiable, message }
         }
-        PageError::Source(e) => ClientError::Other(e.to_string()),
+        PageError::Source(e) => e.into(),
+        PageError::Changed(why) => ClientError::Other(format!("the spill changed while it was read: {why}")),
     }
 }
 

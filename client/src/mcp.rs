@@ -161,9 +161,9 @@ fn args<T: DeserializeOwned>(req: &CallToolRequestParams) -> Result<T> {
         .map_err(|e| ClientError::Other(format!("invalid arguments for {}: {e} (invalid_argument)", req.name)))
 }
 
-/// A stream id as `bg` and `background` hand it out: 32 lowercase hex digits.
+/// A stream id as `bg` and `background` hand it out.
 fn is_stream_id(s: &str) -> bool {
-    s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    spillway_api::StreamId::new(s).is_ok()
 }
 
 impl SpillwayTools {

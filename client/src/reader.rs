@@ -45,7 +45,7 @@ impl Reader {
     /// One capped page.
     pub async fn read(&self, d: &AnyDigest, req: ReadRequest) -> Result<ReadPage> {
         match self {
-            Self::Store(s) => s.read(&d.to_string(), req).await,
+            Self::Store(s) => s.read(d, req).await,
             Self::Local(dir) => local::read(&LocalSource::open(dir, blake3_only(d)?).await?, req).await,
         }
     }
@@ -53,7 +53,7 @@ impl Reader {
     /// Matching lines, capped and resumable.
     pub async fn grep(&self, d: &AnyDigest, g: &GrepRequest) -> Result<GrepResponse> {
         match self {
-            Self::Store(s) => s.grep(&d.to_string(), g).await,
+            Self::Store(s) => s.grep(d, g).await,
             Self::Local(dir) => local::grep(&LocalSource::open(dir, blake3_only(d)?).await?, g).await,
         }
     }
@@ -62,7 +62,7 @@ impl Reader {
     pub async fn download(&self, d: &AnyDigest) -> Result<Download> {
         match self {
             Self::Store(s) => {
-                let resp = s.get(&d.to_string()).await?;
+                let resp = s.get(d).await?;
                 Ok((resp.content_length(), resp.bytes_stream().map(|r| r.map_err(ClientError::from)).boxed()))
             }
             Self::Local(dir) => {

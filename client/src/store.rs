@@ -5,8 +5,8 @@ use futures::Stream;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use spillway_api::{
-    AppendResponse, BlobRecord, Digest, ErrorBody, ErrorCode, GrepResponse, PinRequest, ReadPage, RefList, SealRequest,
-    StreamCreated, StreamInfo,
+    AnyDigest, AppendResponse, BlobRecord, Digest, ErrorBody, ErrorCode, GrepResponse, PinRequest, ReadPage, RefList,
+    SealRequest, StreamCreated, StreamInfo,
 };
 
 use crate::error::{ClientError, Result};
@@ -198,7 +198,8 @@ impl StoreClient {
     }
 
     /// Size of a blob visible in this namespace, or `None`.
-    pub async fn head(&self, digest: &str) -> Result<Option<u64>> {
+    pub async fn head(&self, digest: impl Into<AnyDigest>) -> Result<Option<u64>> {
+        let digest = digest.into();
         let resp = self.req(Method::HEAD, &format!("/v1/blobs/{digest}")).send().await?;
         if resp.status() == StatusCode::NOT_FOUND {
             return Ok(None);
@@ -209,7 +210,8 @@ impl StoreClient {
     }
 
     /// Starts a download of the whole blob; the caller streams the body.
-    pub async fn get(&self, digest: &str) -> Result<Response> {
+    pub async fn get(&self, digest: impl Into<AnyDigest>) -> Result<Response> {
+        let digest = digest.into();
         check(self.req(Method::GET, &format!("/v1/blobs/{digest}")).send().await?).await
     }
 
@@ -219,12 +221,14 @@ impl StoreClient {
     }
 
     /// A capped page of a blob.
-    pub async fn read(&self, digest: &str, r: ReadRequest) -> Result<ReadPage> {
+    pub async fn read(&self, digest: impl Into<AnyDigest>, r: ReadRequest) -> Result<ReadPage> {
+        let digest = digest.into();
         decode(self.req(Method::GET, &format!("/v1/blobs/{digest}/read")).query(&r.query()).send().await?).await
     }
 
     /// Matching lines of a blob.
-    pub async fn grep(&self, digest: &str, g: &GrepRequest) -> Result<GrepResponse> {
+    pub async fn grep(&self, digest: impl Into<AnyDigest>, g: &GrepRequest) -> Result<GrepResponse> {
+        let digest = digest.into();
         decode(self.req(Method::GET, &format!("/v1/blobs/{digest}/grep")).query(&g.query()).send().await?).await
     }
 
@@ -234,19 +238,26 @@ impl StoreClient {
     }
 
     /// Pins a blob in this namespace (admin).
-    pub async fn pin(&self, digest: &str, reason: Option<&str>) -> Result<BlobRecord> {
+    pub async fn pin(&self, digest: impl Into<AnyDigest>, reason: Option<&str>) -> Result<BlobRecord> {
         self.pin_until(digest, reason, None).await
     }
 
     /// Keeps a blob in this namespace forever, or until `until` (Unix seconds) (admin).
-    pub async fn pin_until(&self, digest: &str, reason: Option<&str>, until: Option<u64>) -> Result<BlobRecord> {
+    pub async fn pin_until(
+        &self,
+        digest: impl Into<AnyDigest>,
+        reason: Option<&str>,
+        until: Option<u64>,
+    ) -> Result<BlobRecord> {
+        let digest = digest.into();
         let body = PinRequest { reason: reason.map(str::to_owned), until };
         decode(self.req(Method::POST, &format!("/v1/blobs/{digest}/pin")).json(&body).send().await?).await
     }
 
     /// The blob record of a blob visible in this namespace, from `HEAD` (`deduplicated` is
     /// true: the namespace holds it).
-    pub async fn stat(&self, digest: &str) -> Result<BlobRecord> {
+    pub async fn stat(&self, digest: impl Into<AnyDigest>) -> Result<BlobRecord> {
+        let digest = digest.into();
         let resp = check(self.req(Method::HEAD, &format!("/v1/blobs/{digest}")).send().await?).await?;
         let h = resp.headers();
         let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -264,13 +275,15 @@ impl StoreClient {
     }
 
     /// Removes this namespace's pins (admin).
-    pub async fn unpin(&self, digest: &str) -> Result<()> {
+    pub async fn unpin(&self, digest: impl Into<AnyDigest>) -> Result<()> {
+        let digest = digest.into();
         check(self.req(Method::DELETE, &format!("/v1/blobs/{digest}/pin")).send().await?).await?;
         Ok(())
     }
 
     /// Removes this namespace's references (admin).
-    pub async fn delete(&self, digest: &str) -> Result<()> {
+    pub async fn delete(&self, digest: impl Into<AnyDigest>) -> Result<()> {
+        let digest = digest.into();
         check(self.req(Method::DELETE, &format!("/v1/blobs/{digest}")).send().await?).await?;
         Ok(())
     }

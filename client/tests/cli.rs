@@ -358,7 +358,10 @@ async fn gate_saves_to_the_store_by_content() {
     let TurnResult::Receipt(r) = &out[0] else { panic!("degraded") };
     let digest = r.digest.clone().unwrap();
     assert_eq!(digest, spillway_api::Digest::of(big.as_bytes()).to_string());
-    assert_eq!(client.get(&digest).await.unwrap().bytes().await.unwrap(), big);
+    assert_eq!(
+        client.get(&digest.parse::<spillway_api::AnyDigest>().unwrap()).await.unwrap().bytes().await.unwrap(),
+        big
+    );
     srv.stop().await;
 }
 

@@ -151,6 +151,36 @@ impl FromStr for AnyDigest {
     }
 }
 
+impl From<Digest> for AnyDigest {
+    fn from(d: Digest) -> Self {
+        Self::Blake3(d)
+    }
+}
+
+impl From<&Digest> for AnyDigest {
+    fn from(d: &Digest) -> Self {
+        Self::Blake3(*d)
+    }
+}
+
+impl From<Sha256Digest> for AnyDigest {
+    fn from(d: Sha256Digest) -> Self {
+        Self::Sha256(d)
+    }
+}
+
+impl From<&Sha256Digest> for AnyDigest {
+    fn from(d: &Sha256Digest) -> Self {
+        Self::Sha256(*d)
+    }
+}
+
+impl From<&AnyDigest> for AnyDigest {
+    fn from(d: &AnyDigest) -> Self {
+        *d
+    }
+}
+
 macro_rules! serde_via_str {
     ($t:ty) => {
         impl serde::Serialize for $t {

@@ -6,6 +6,7 @@
 
 mod digest;
 mod error;
+mod names;
 #[cfg(feature = "paging")]
 pub mod paging;
 mod receipt;
@@ -13,6 +14,7 @@ mod types;
 
 pub use digest::{AnyDigest, Digest, DigestError, Sha256Digest};
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
+pub use names::{NameError, Namespace, Scope, StreamId};
 pub use receipt::{Receipt, SaveError, SaveFailure, ShownRange};
 pub use types::*;
 

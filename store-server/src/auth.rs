@@ -7,53 +7,25 @@ use axum::http::request::Parts;
 use rand::RngCore;
 use sha2::{Digest as _, Sha256};
 
+use spillway_api::Namespace;
+
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// The scopes a token may carry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
-    /// Upload, streams.
-    Write,
-    /// Head, get, read, grep, list.
-    Read,
-    /// Pin, delete, retention.
-    Admin,
-}
-
-impl Scope {
-    /// The spelling in tokens and on the command line.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Write => "write",
-            Self::Read => "read",
-            Self::Admin => "admin",
-        }
-    }
-
-    /// Parses a scope name.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "write" => Some(Self::Write),
-            "read" => Some(Self::Read),
-            "admin" => Some(Self::Admin),
-            _ => None,
-        }
-    }
-}
+pub use spillway_api::Scope;
 
 /// The caller, as its token says.
 #[derive(Debug, Clone)]
 pub struct Caller {
     /// Its namespace.
-    pub namespace: String,
-    scopes: Vec<String>,
+    pub namespace: Namespace,
+    scopes: Vec<Scope>,
 }
 
 impl Caller {
     /// Fails with 403 unless the token carries `scope`.
     pub fn require(&self, scope: Scope) -> Result<&Self, ApiError> {
-        if self.scopes.iter().any(|s| s == scope.as_str()) {
+        if self.scopes.contains(&scope) {
             Ok(self)
         } else {
             Err(ApiError::Forbidden(scope.as_str()))
@@ -86,14 +58,10 @@ pub fn new_token() -> String {
 
 /// Creates a token for `namespace` with `scopes` and returns it (the only time it is seen).
 pub async fn create_token(db: &crate::db::Db, namespace: &str, scopes: &[Scope], now: i64) -> anyhow::Result<String> {
-    anyhow::ensure!(
-        spillway_api::valid_namespace(namespace),
-        "invalid namespace {namespace:?}: use [a-z0-9_.-]{{1,64}}"
-    );
+    let namespace = Namespace::new(namespace)?;
     anyhow::ensure!(!scopes.is_empty(), "a token needs at least one scope");
     let token = new_token();
-    let names: Vec<String> = scopes.iter().map(|s| s.as_str().to_owned()).collect();
-    db.insert_token(&hash_token(&token), namespace, &names, now).await?;
+    db.insert_token(&hash_token(&token), &namespace, scopes, now).await?;
     Ok(token)
 }
 
@@ -137,7 +105,7 @@ impl FromRequestParts<AppState> for Caller {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let caller = authenticate(parts, state).await?;
         if let Some(slot) = parts.extensions.get::<NamespaceSlot>() {
-            let _ = slot.0.set(caller.namespace.clone());
+            let _ = slot.0.set(caller.namespace.to_string());
         }
         Ok(caller)
     }

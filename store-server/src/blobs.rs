@@ -22,6 +22,8 @@ use url::Url;
 
 use spillway_api::paging::lines::{LineIndex, LineIndexBuilder};
 
+use crate::clock::{Clock, SystemClock};
+
 /// Blobs up to this size are stored inline in their metadata row: one group commit makes
 /// them durable, with no file and no fsync of their own.
 pub const INLINE_MAX: usize = 16 << 10;
@@ -384,8 +386,9 @@ impl BlobStore {
     }
 
     async fn clean_object_tmp(&self) {
-        // Other replicas may be uploading right now: only old leftovers go.
-        let cutoff = chrono_like_now() - 24 * 3600;
+        // Other replicas may be uploading right now: only old leftovers go. Compared with the
+        // objects' own modification times, so the real clock, not the injected one.
+        let cutoff = SystemClock.now_ms() / 1000 - 24 * 3600;
         let mut list = self.store.list(Some(&Path::from("tmp")));
         while let Some(Ok(meta)) = list.next().await {
             if meta.last_modified.timestamp() < cutoff {
@@ -643,10 +646,6 @@ impl BlobStore {
             Err(e) => Err(e.into()),
         }
     }
-}
-
-fn chrono_like_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or_default()
 }
 
 #[cfg(test)]

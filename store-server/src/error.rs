@@ -5,7 +5,7 @@ use crate::db::DbError;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use spillway_api::paging::{PageError, PageResult};
+use spillway_api::paging::PageError;
 use spillway_api::{DigestError, ErrorBody, ErrorCode};
 
 /// What can go wrong while answering a request.
@@ -143,25 +143,25 @@ impl IntoResponse for ApiError {
 /// Handlers' result type.
 pub type ApiResult<T> = Result<T, ApiError>;
 
-impl From<PageError> for ApiError {
-    fn from(e: PageError) -> Self {
+impl<E: Into<ApiError>> From<PageError<E>> for ApiError {
+    fn from(e: PageError<E>) -> Self {
         match e {
             PageError::InvalidArgument(m) => Self::InvalidArgument(m),
             PageError::RangeNotSatisfiable { message, size } => Self::RangeNotSatisfiable { message, size: Some(size) },
-            PageError::Source(inner) => match inner.downcast::<ApiError>() {
-                Ok(api) => *api,
-                // Not the source's own error: the data moved under the read (a stream sealed
-                // meanwhile). Asking again sees the new state.
-                Err(other) => {
-                    tracing::warn!(cause = %other, "read raced a change");
-                    Self::Unavailable("the data changed while it was read; retry".into())
-                }
-            },
+            PageError::Source(inner) => inner.into(),
+            // The data moved under the read (a stream sealed meanwhile): asking again sees
+            // the new state.
+            PageError::Changed(why) => {
+                tracing::warn!(cause = %why, "read raced a change");
+                Self::Unavailable("the data changed while it was read; retry".into())
+            }
         }
     }
 }
 
-/// Wraps a source failure for the paging code, which hands it back unchanged.
-pub fn src_err<T, E: Into<ApiError>>(r: Result<T, E>) -> PageResult<T> {
-    r.map_err(|e| PageError::Source(Box::new(e.into())))
+/// For sources that cannot fail.
+impl From<std::convert::Infallible> for ApiError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
 }

@@ -126,7 +126,7 @@ enum TokenCommand {
 }
 
 fn parse_scope(s: &str) -> Result<Scope, String> {
-    Scope::parse(s).ok_or_else(|| format!("unknown scope {s:?}: use read, write or admin"))
+    s.parse().map_err(|e: spillway_api::NameError| e.to_string())
 }
 
 impl StoreOpts {

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use spillway_api::Digest;
+use spillway_api::{Digest, Namespace, Scope};
 use tokio::sync::Notify;
 
 use crate::blobs::BlobStore;
@@ -64,7 +64,7 @@ impl AppState {
 const TOKEN_CACHE_MAX: usize = 10_000;
 
 /// A checked token: its namespace, its scopes, and when it was checked.
-type CheckedToken = (String, Vec<String>, std::time::Instant);
+type CheckedToken = (Namespace, Vec<Scope>, std::time::Instant);
 
 /// Tokens recently found in the database, by hash.
 #[derive(Debug, Default)]
@@ -74,13 +74,13 @@ pub struct TokenCache {
 
 impl TokenCache {
     /// The namespace and scopes of a token checked less than `ttl` ago.
-    pub fn get(&self, hash: &str, ttl: std::time::Duration) -> Option<(String, Vec<String>)> {
+    pub fn get(&self, hash: &str, ttl: std::time::Duration) -> Option<(Namespace, Vec<Scope>)> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.get(hash).filter(|(_, _, at)| at.elapsed() < ttl).map(|(ns, scopes, _)| (ns.clone(), scopes.clone()))
     }
 
     /// Remembers a token just checked.
-    pub fn put(&self, hash: String, namespace: String, scopes: Vec<String>) {
+    pub fn put(&self, hash: String, namespace: Namespace, scopes: Vec<Scope>) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if map.len() >= TOKEN_CACHE_MAX {
             map.clear();

@@ -7,16 +7,17 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use spillway_api::paging::lines::{Checkpoint, LineIndex};
-use spillway_api::paging::{PageResult, Source};
-use spillway_api::{AnyDigest, Digest};
+use spillway_api::paging::Source;
+use spillway_api::{AnyDigest, Digest, Namespace};
 
+use crate::blobs::BlobError;
 use crate::blobs::BlobStore;
 use crate::db::BlobRow;
-use crate::error::{src_err, ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// Resolves a digest in the caller's namespace, or `404` exactly as if it did not exist.
-pub async fn visible(state: &AppState, ns: &str, d: &AnyDigest) -> ApiResult<Arc<BlobRow>> {
+pub async fn visible(state: &AppState, ns: &Namespace, d: &AnyDigest) -> ApiResult<Arc<BlobRow>> {
     let now = state.now();
     let not_found = || ApiError::NotFound(format!("blob {d}"));
     let digest = match d {
@@ -63,6 +64,7 @@ impl BlobSource {
 
 #[async_trait]
 impl Source for BlobSource {
+    type Error = BlobError;
     fn size(&self) -> u64 {
         self.size
     }
@@ -72,16 +74,16 @@ impl Source for BlobSource {
     fn digest(&self) -> Option<String> {
         Some(self.digest.to_string())
     }
-    async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint> {
+    async fn checkpoint_for_offset(&self, offset: u64) -> Result<Checkpoint, BlobError> {
         Ok(self.index.for_offset(offset))
     }
-    async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint> {
+    async fn checkpoint_for_line(&self, line: u64) -> Result<Checkpoint, BlobError> {
         Ok(self.index.for_line(line))
     }
-    async fn read(&self, start: u64, end: u64) -> PageResult<Bytes> {
+    async fn read(&self, start: u64, end: u64) -> Result<Bytes, BlobError> {
         if let Some(data) = &self.inline {
             return Ok(data.slice(start as usize..end as usize));
         }
-        src_err(self.blobs.get_range(&self.digest, start..end).await)
+        self.blobs.get_range(&self.digest, start..end).await
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::Stream;
-use spillway_api::{AnyDigest, BlobRecord, Labels, Sha256Digest};
+use spillway_api::{AnyDigest, BlobRecord, Labels, Namespace, Sha256Digest};
 use tracing::instrument;
 
 use crate::blobs::{BlobError, Staged};
@@ -22,7 +22,7 @@ const DELETING_WAIT: Duration = Duration::from_secs(15);
 #[derive(Debug, Clone)]
 pub struct RefSpec {
     /// The namespace the reference belongs to.
-    pub namespace: String,
+    pub namespace: Namespace,
     /// Labels of the reference, already checked.
     pub labels: Labels,
     /// `None` pins.

@@ -11,9 +11,9 @@ use regex::bytes::Regex;
 use crate::{ContextLine, GrepMatch, GrepResponse, ReadPage, READ_CAP};
 use lines::Checkpoint;
 
-/// Why a page could not be cut.
+/// Why a page could not be cut; `E` is the source's own error.
 #[derive(Debug, thiserror::Error)]
-pub enum PageError {
+pub enum PageError<E = std::convert::Infallible> {
     /// A malformed request (`line=0`, say).
     #[error("{0}")]
     InvalidArgument(String),
@@ -25,13 +25,21 @@ pub enum PageError {
         /// Size of the source.
         size: u64,
     },
+    /// The source handed out fewer bytes than it holds: it changed under the read (a stream
+    /// sealed meanwhile). Asking again sees the new state.
+    #[error("the source changed while it was read: {0}")]
+    Changed(String),
     /// The source failed to hand out bytes.
     #[error(transparent)]
-    Source(Box<dyn std::error::Error + Send + Sync>),
+    Source(E),
 }
 
-/// Result of paging operations.
-pub type PageResult<T> = Result<T, PageError>;
+/// Result of paging operations over a source whose error is `E`.
+pub type PageResult<T, E = std::convert::Infallible> = Result<T, PageError<E>>;
+
+/// What a source's error must be: one the paging code can hand back as it is.
+pub trait SourceError: std::error::Error + Send + Sync + 'static {}
+impl<T: std::error::Error + Send + Sync + 'static> SourceError for T {}
 
 /// How much of a source one step of grep reads at a time.
 const WINDOW: u64 = 1 << 20;
@@ -45,6 +53,8 @@ const GREP_LINE_MAX: usize = 4096;
 /// Something the read API can page through.
 #[async_trait]
 pub trait Source: Send + Sync {
+    /// Why the source could not hand out what it was asked.
+    type Error: SourceError;
     /// Bytes available now.
     fn size(&self) -> u64;
     /// Lines as the contract counts them.
@@ -52,11 +62,11 @@ pub trait Source: Send + Sync {
     /// The blob's digest, if it is one.
     fn digest(&self) -> Option<String>;
     /// The last checkpoint at or before `offset`.
-    async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint>;
+    async fn checkpoint_for_offset(&self, offset: u64) -> Result<Checkpoint, Self::Error>;
     /// The last checkpoint at or before the start of `line`.
-    async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint>;
+    async fn checkpoint_for_line(&self, line: u64) -> Result<Checkpoint, Self::Error>;
     /// Bytes `start..end` (both within `size`).
-    async fn read(&self, start: u64, end: u64) -> PageResult<Bytes>;
+    async fn read(&self, start: u64, end: u64) -> Result<Bytes, Self::Error>;
 }
 
 /// Length of the longest prefix of `page` that does not end inside a UTF-8 character
@@ -137,11 +147,11 @@ fn char_width(lead: u8) -> usize {
 
 /// `src.read`, checked: a source that hands back fewer bytes than asked (a stream sealed
 /// while it is read, say) is an error, never a cut in the wrong place.
-async fn read_checked(src: &dyn Source, start: u64, end: u64) -> PageResult<Bytes> {
-    let buf = src.read(start, end).await?;
+async fn read_checked<E: SourceError>(src: &dyn Source<Error = E>, start: u64, end: u64) -> PageResult<Bytes, E> {
+    let buf = src.read(start, end).await.map_err(PageError::Source)?;
     if buf.len() as u64 != end - start {
         let msg = format!("short read: {} of {} bytes at {start}", buf.len(), end - start);
-        return Err(PageError::Source(msg.into()));
+        return Err(PageError::Changed(msg));
     }
     Ok(buf)
 }
@@ -150,19 +160,23 @@ fn newlines(data: &[u8]) -> u64 {
     memchr::memchr_iter(b'\n', data).count() as u64
 }
 
-fn past_end(message: String, size: u64) -> PageError {
+fn past_end<E>(message: String, size: u64) -> PageError<E> {
     PageError::RangeNotSatisfiable { message, size }
 }
 
 /// A byte page: `offset`, up to `limit` bytes (capped at [`READ_CAP`]).
-pub async fn byte_page(src: &dyn Source, offset: u64, limit: u64) -> PageResult<ReadPage> {
+pub async fn byte_page<E: SourceError>(
+    src: &dyn Source<Error = E>,
+    offset: u64,
+    limit: u64,
+) -> PageResult<ReadPage, E> {
     let size = src.size();
     if offset > size {
         return Err(past_end(format!("offset {offset} is past the end ({size} bytes)"), size));
     }
     let want = limit.clamp(1, READ_CAP as u64);
     let end = size.min(offset.saturating_add(want));
-    let cp = src.checkpoint_for_offset(offset).await?;
+    let cp = src.checkpoint_for_offset(offset).await.map_err(PageError::Source)?;
     // Three bytes past the end tell whether the last character is whole.
     let buf = read_checked(src, cp.offset, size.min(end + 3)).await?;
     let (pre, ahead) = buf.split_at((offset - cp.offset) as usize);
@@ -183,7 +197,13 @@ pub async fn byte_page(src: &dyn Source, offset: u64, limit: u64) -> PageResult<
 /// Fills in a page's cursors from what it shows. The cursor rule: `next_line` only when the
 /// page ends at the end of a line, so a reader that follows `next_line` when given and
 /// `next_offset` otherwise reads every byte exactly once.
-fn finish_page(src: &dyn Source, offset: u64, start_line: u64, content: Content, capped: bool) -> ReadPage {
+fn finish_page<E: SourceError>(
+    src: &dyn Source<Error = E>,
+    offset: u64,
+    start_line: u64,
+    content: Content,
+    capped: bool,
+) -> ReadPage {
     let size = src.size();
     let Content { text, used, lossy, .. } = content;
     let page_end = offset + used as u64;
@@ -210,9 +230,9 @@ fn finish_page(src: &dyn Source, offset: u64, start_line: u64, content: Content,
 }
 
 /// Byte offset where 1-based `line` starts (`size` for the line after the last).
-async fn line_start(src: &dyn Source, line: u64) -> PageResult<u64> {
+async fn line_start<E: SourceError>(src: &dyn Source<Error = E>, line: u64) -> PageResult<u64, E> {
     let size = src.size();
-    let cp = src.checkpoint_for_line(line).await?;
+    let cp = src.checkpoint_for_line(line).await.map_err(PageError::Source)?;
     let mut skip = line - 1 - cp.newlines;
     let mut pos = cp.offset;
     while skip > 0 && pos < size {
@@ -238,9 +258,9 @@ async fn line_start(src: &dyn Source, line: u64) -> PageResult<u64> {
 /// Where `line` starts and up to [`READ_CAP`] bytes from there. One read serves both the
 /// search from the checkpoint (at most a span away) and the page, so line 1,000,000 costs
 /// about what line 1 does.
-async fn locate_page(src: &dyn Source, line: u64) -> PageResult<(u64, Bytes)> {
+async fn locate_page<E: SourceError>(src: &dyn Source<Error = E>, line: u64) -> PageResult<(u64, Bytes), E> {
     let size = src.size();
-    let cp = src.checkpoint_for_line(line).await?;
+    let cp = src.checkpoint_for_line(line).await.map_err(PageError::Source)?;
     let skip = line - 1 - cp.newlines;
     let span = if skip == 0 { 0 } else { lines::CHECKPOINT_EVERY };
     let first_end = size.min(cp.offset + span + READ_CAP as u64);
@@ -258,7 +278,7 @@ async fn locate_page(src: &dyn Source, line: u64) -> PageResult<(u64, Bytes)> {
 }
 
 /// A line page: whole lines from `line`, at most `lines` of them and [`READ_CAP`] bytes.
-pub async fn line_page(src: &dyn Source, line: u64, lines: u64) -> PageResult<ReadPage> {
+pub async fn line_page<E: SourceError>(src: &dyn Source<Error = E>, line: u64, lines: u64) -> PageResult<ReadPage, E> {
     let total_lines = src.total_lines();
     let size = src.size();
     if line == 0 || lines == 0 {
@@ -451,11 +471,15 @@ const WALK: Walk = Walk { window: WINDOW, scan_limit: GREP_SCAN_LIMIT };
 
 /// Matching lines in order, capped at [`READ_CAP`] bytes of text (context included) and
 /// `max_matches`.
-pub async fn grep(src: &dyn Source, req: GrepRequest<'_>) -> PageResult<GrepResponse> {
+pub async fn grep<E: SourceError>(src: &dyn Source<Error = E>, req: GrepRequest<'_>) -> PageResult<GrepResponse, E> {
     grep_walking(src, req, WALK).await
 }
 
-async fn grep_walking(src: &dyn Source, req: GrepRequest<'_>, walk: Walk) -> PageResult<GrepResponse> {
+async fn grep_walking<E: SourceError>(
+    src: &dyn Source<Error = E>,
+    req: GrepRequest<'_>,
+    walk: Walk,
+) -> PageResult<GrepResponse, E> {
     let size = src.size();
     check_grep(&req, src.total_lines(), size)?;
     let mut out = GrepOut {
@@ -504,7 +528,7 @@ async fn grep_walking(src: &dyn Source, req: GrepRequest<'_>, walk: Walk) -> Pag
 }
 
 /// The request's own limits, and its start within the source.
-fn check_grep(req: &GrepRequest<'_>, total_lines: u64, size: u64) -> PageResult<()> {
+fn check_grep<E>(req: &GrepRequest<'_>, total_lines: u64, size: u64) -> PageResult<(), E> {
     if req.from_line == 0 {
         return Err(PageError::InvalidArgument("from_line starts at 1".into()));
     }
@@ -653,6 +677,7 @@ impl MemorySource {
 
 #[async_trait]
 impl Source for MemorySource {
+    type Error = std::convert::Infallible;
     fn size(&self) -> u64 {
         self.data.len() as u64
     }
@@ -662,13 +687,13 @@ impl Source for MemorySource {
     fn digest(&self) -> Option<String> {
         None
     }
-    async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint> {
+    async fn checkpoint_for_offset(&self, offset: u64) -> Result<Checkpoint, Self::Error> {
         Ok(self.index.for_offset(offset))
     }
-    async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint> {
+    async fn checkpoint_for_line(&self, line: u64) -> Result<Checkpoint, Self::Error> {
         Ok(self.index.for_line(line))
     }
-    async fn read(&self, start: u64, end: u64) -> PageResult<Bytes> {
+    async fn read(&self, start: u64, end: u64) -> Result<Bytes, Self::Error> {
         Ok(self.data.slice(start as usize..end as usize))
     }
 }
@@ -1221,6 +1246,7 @@ mod tests {
 
     #[async_trait]
     impl Source for Counted {
+        type Error = std::convert::Infallible;
         fn size(&self) -> u64 {
             self.mem.size()
         }
@@ -1230,21 +1256,21 @@ mod tests {
         fn digest(&self) -> Option<String> {
             None
         }
-        async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint> {
+        async fn checkpoint_for_offset(&self, offset: u64) -> Result<Checkpoint, Self::Error> {
             if self.indexed {
                 self.mem.checkpoint_for_offset(offset).await
             } else {
                 Ok(Checkpoint { offset: 0, newlines: 0 })
             }
         }
-        async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint> {
+        async fn checkpoint_for_line(&self, line: u64) -> Result<Checkpoint, Self::Error> {
             if self.indexed {
                 self.mem.checkpoint_for_line(line).await
             } else {
                 Ok(Checkpoint { offset: 0, newlines: 0 })
             }
         }
-        async fn read(&self, start: u64, end: u64) -> PageResult<Bytes> {
+        async fn read(&self, start: u64, end: u64) -> Result<Bytes, Self::Error> {
             self.reads.lock().unwrap().push((start, end));
             self.mem.read(start, end).await
         }

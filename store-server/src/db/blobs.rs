@@ -4,7 +4,7 @@
 //! to a blob in state `live` in the same transaction that clears `unreferenced_since`; the
 //! retention claim requires that column to be set, so the two can never both win.
 
-use spillway_api::{Digest, Labels, Sha256Digest};
+use spillway_api::{Digest, Labels, Namespace, Sha256Digest};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
@@ -46,7 +46,7 @@ impl BlobRow {
 #[derive(Debug, Clone)]
 pub struct NewRef {
     /// The namespace that holds the reference.
-    pub namespace: String,
+    pub namespace: Namespace,
     /// The blob referenced.
     pub digest: Digest,
     /// Labels given at upload.
@@ -129,12 +129,12 @@ fn blob_from_row(r: &AnyRow) -> DbResult<BlobRow> {
     })
 }
 
-async fn holds(c: &mut AnyConnection, ns: &str, digest: &Digest, now: i64) -> DbResult<bool> {
+async fn holds(c: &mut AnyConnection, ns: &Namespace, digest: &Digest, now: i64) -> DbResult<bool> {
     let n: i64 = sqlx::query_scalar(
         "SELECT CAST(COUNT(*) AS BIGINT) FROM refs WHERE namespace = $1 AND digest = $2 \
          AND (pinned = 1 OR expires_at > $3)",
     )
-    .bind(ns)
+    .bind(ns.as_str())
     .bind(digest.hex())
     .bind(now)
     .fetch_one(&mut *c)
@@ -148,7 +148,7 @@ async fn insert_ref(c: &mut AnyConnection, r: &NewRef, now: i64) -> DbResult<()>
         "INSERT INTO refs (namespace, digest, labels, created_at, expires_at, pinned, pin_reason) \
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
     )
-    .bind(&r.namespace)
+    .bind(r.namespace.as_str())
     .bind(r.digest.hex())
     .bind(labels)
     .bind(now)
@@ -170,22 +170,27 @@ async fn insert_ref(c: &mut AnyConnection, r: &NewRef, now: i64) -> DbResult<()>
 
 impl Db {
     /// The blob if `namespace` holds a live reference to it.
-    pub async fn visible_blob(&self, ns: &str, digest: &Digest, now: i64) -> DbResult<Option<BlobRow>> {
+    pub async fn visible_blob(&self, ns: &Namespace, digest: &Digest, now: i64) -> DbResult<Option<BlobRow>> {
         let sql = format!(
             "SELECT digest, sha256, size, lines, line_index, inline_data FROM blobs b \
              WHERE {VISIBLE} AND b.digest = $3 AND b.state = 'live'"
         );
-        let row = sqlx::query(&sql).bind(ns).bind(now).bind(digest.hex()).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&sql).bind(ns.as_str()).bind(now).bind(digest.hex()).fetch_optional(&self.pool).await?;
         row.as_ref().map(blob_from_row).transpose()
     }
 
     /// Like [`Db::visible_blob`], looked up by SHA-256.
-    pub async fn visible_blob_by_sha256(&self, ns: &str, sha256: &Sha256Digest, now: i64) -> DbResult<Option<BlobRow>> {
+    pub async fn visible_blob_by_sha256(
+        &self,
+        ns: &Namespace,
+        sha256: &Sha256Digest,
+        now: i64,
+    ) -> DbResult<Option<BlobRow>> {
         let sql = format!(
             "SELECT digest, sha256, size, lines, line_index, inline_data FROM blobs b \
              WHERE {VISIBLE} AND b.sha256 = $3 AND b.state = 'live' LIMIT 1"
         );
-        let row = sqlx::query(&sql).bind(ns).bind(now).bind(sha256.hex()).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&sql).bind(ns.as_str()).bind(now).bind(sha256.hex()).fetch_optional(&self.pool).await?;
         row.as_ref().map(blob_from_row).transpose()
     }
 
@@ -201,12 +206,12 @@ impl Db {
     /// Until when `namespace` sees the blob (`i64::MAX` for a pin), or `None` when it holds no
     /// live reference. A referenced blob is always live: retention only claims blobs nothing
     /// references.
-    pub async fn visible_until(&self, ns: &str, digest: &Digest, now: i64) -> DbResult<Option<i64>> {
+    pub async fn visible_until(&self, ns: &Namespace, digest: &Digest, now: i64) -> DbResult<Option<i64>> {
         Ok(sqlx::query_scalar(
             "SELECT CAST(MAX(CASE WHEN pinned = 1 THEN $4 ELSE expires_at END) AS BIGINT) FROM refs \
              WHERE namespace = $1 AND digest = $2 AND (pinned = 1 OR expires_at > $3)",
         )
-        .bind(ns)
+        .bind(ns.as_str())
         .bind(digest.hex())
         .bind(now)
         .bind(i64::MAX)
@@ -295,8 +300,8 @@ impl Db {
 
     /// Runs a reference deletion and, when it took the blob's last live reference, starts
     /// the blob's grace period now (not at the next retention pass).
-    async fn delete_refs_where(&self, sql: &'static str, ns: &str, digest: &Digest, now: i64) -> DbResult<u64> {
-        let (ns, digest) = (ns.to_owned(), digest.hex());
+    async fn delete_refs_where(&self, sql: &'static str, ns: &Namespace, digest: &Digest, now: i64) -> DbResult<u64> {
+        let (ns, digest) = (ns.to_string(), digest.hex());
         self.write(move |c| {
             Box::pin(async move {
                 let n = sqlx::query(sql).bind(&ns).bind(&digest).execute(&mut *c).await?.rows_affected();
@@ -316,20 +321,20 @@ impl Db {
     }
 
     /// Removes this namespace's pins of a blob; returns how many there were.
-    pub async fn unpin(&self, ns: &str, digest: &Digest, now: i64) -> DbResult<u64> {
+    pub async fn unpin(&self, ns: &Namespace, digest: &Digest, now: i64) -> DbResult<u64> {
         let sql = "DELETE FROM refs WHERE namespace = $1 AND digest = $2 AND pinned = 1";
         self.delete_refs_where(sql, ns, digest, now).await
     }
 
     /// Removes all of this namespace's references to a blob; returns how many there were.
-    pub async fn delete_refs(&self, ns: &str, digest: &Digest, now: i64) -> DbResult<u64> {
+    pub async fn delete_refs(&self, ns: &Namespace, digest: &Digest, now: i64) -> DbResult<u64> {
         self.delete_refs_where("DELETE FROM refs WHERE namespace = $1 AND digest = $2", ns, digest, now).await
     }
 
     /// A page of this namespace's live references, newest first, filtered by labels.
     pub async fn list_refs(
         &self,
-        ns: &str,
+        ns: &Namespace,
         filter: &Labels,
         before_id: Option<i64>,
         limit: u32,
@@ -350,7 +355,7 @@ impl Db {
             n += 2;
         }
         sql.push_str(&format!(" ORDER BY r.id DESC LIMIT ${}", n + 1));
-        let mut q = sqlx::query(&sql).bind(ns).bind(now).bind(before_id.unwrap_or(i64::MAX));
+        let mut q = sqlx::query(&sql).bind(ns.as_str()).bind(now).bind(before_id.unwrap_or(i64::MAX));
         for (k, v) in filter {
             q = q.bind(k).bind(v);
         }

@@ -3,19 +3,19 @@
 //! so two replicas can never both accept the same offset.
 
 use bytes::{Bytes, BytesMut};
-use spillway_api::{Digest, Labels, StreamState};
+use spillway_api::{Digest, Labels, Namespace, StreamId, StreamState};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::error::DbResult;
+use super::error::{DbError, DbResult};
 use super::pool::{digest_at, labels_at, labels_json, to_i64, Db};
 use spillway_api::paging::lines::Checkpoint;
 
 /// A stream as stored.
 #[derive(Debug, Clone)]
 pub struct StreamRow {
-    /// The stream id: 32 lowercase hex digits.
-    pub id: String,
+    /// The stream's id.
+    pub id: StreamId,
     /// Labels given at creation, for the blob its seal makes.
     pub labels: Labels,
     /// TTL of the blob reference made by sealing.
@@ -71,8 +71,9 @@ pub enum AppendOutcome {
 
 fn stream_from_row(r: &AnyRow) -> DbResult<StreamRow> {
     let state: String = r.try_get("state")?;
+    let id: String = r.try_get("id")?;
     Ok(StreamRow {
-        id: r.try_get("id")?,
+        id: StreamId::new(&id).map_err(|_| DbError::corrupt("stream id", id))?,
         labels: labels_at(r, "labels")?,
         ttl_ms: r.try_get("ttl_ms")?,
         max_bytes: r.try_get::<i64, _>("max_bytes")? as u64,
@@ -102,14 +103,14 @@ impl Db {
     #[allow(clippy::too_many_arguments)]
     pub async fn create_stream(
         &self,
-        id: &str,
-        ns: &str,
+        id: &StreamId,
+        ns: &Namespace,
         labels: &Labels,
         ttl_ms: i64,
         max_bytes: u64,
         now: i64,
     ) -> DbResult<()> {
-        let (id, ns, labels) = (id.to_owned(), ns.to_owned(), labels_json(labels));
+        let (id, ns, labels) = (id.to_string(), ns.to_string(), labels_json(labels));
         self.write(move |c| {
             Box::pin(async move {
                 sqlx::query(
@@ -117,7 +118,7 @@ impl Db {
                      VALUES ($1, $2, $3, $4, $5, $6, $7)",
                 )
                 .bind(id)
-                .bind(ns)
+                .bind(ns.as_str())
                 .bind(labels)
                 .bind(ttl_ms)
                 .bind(to_i64(max_bytes))
@@ -132,15 +133,21 @@ impl Db {
     }
 
     /// The stream if it belongs to `ns`.
-    pub async fn get_stream(&self, ns: &str, id: &str) -> DbResult<Option<StreamRow>> {
+    pub async fn get_stream(&self, ns: &Namespace, id: &StreamId) -> DbResult<Option<StreamRow>> {
         let sql = format!("SELECT {STREAM_COLS} FROM streams WHERE namespace = $1 AND id = $2");
-        let row = sqlx::query(&sql).bind(ns).bind(id).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&sql).bind(ns.as_str()).bind(id.as_str()).fetch_optional(&self.pool).await?;
         row.as_ref().map(stream_from_row).transpose()
     }
 
     /// Appends `data` at `offset`, which must equal the current size; re-sending bytes
     /// already stored there is a no-op.
-    pub async fn append_stream(&self, ns: &str, id: &str, offset: u64, data: &[u8]) -> DbResult<AppendOutcome> {
+    pub async fn append_stream(
+        &self,
+        ns: &Namespace,
+        id: &StreamId,
+        offset: u64,
+        data: &[u8],
+    ) -> DbResult<AppendOutcome> {
         let Some(s) = self.get_stream(ns, id).await? else {
             return Ok(AppendOutcome::NotFound);
         };
@@ -175,7 +182,7 @@ impl Db {
     async fn extend(&self, s: &StreamRow, part: &[u8], new_state: StreamState) -> DbResult<u64> {
         let newlines = s.newlines + memchr::memchr_iter(b'\n', part).count() as u64;
         let last_byte = part.last().map(|&b| i64::from(b)).or(s.last_byte.map(i64::from));
-        let (sid, old, old_newlines, chunk) = (s.id.clone(), s.size, s.newlines, part.to_vec());
+        let (sid, old, old_newlines, chunk) = (s.id.to_string(), s.size, s.newlines, part.to_vec());
         self.write(move |c| {
             Box::pin(async move {
                 let moved = sqlx::query(
@@ -224,12 +231,12 @@ impl Db {
     }
 
     /// Bytes `start..end` of a stream.
-    pub async fn read_stream(&self, id: &str, start: u64, end: u64) -> DbResult<Bytes> {
+    pub async fn read_stream(&self, id: &StreamId, start: u64, end: u64) -> DbResult<Bytes> {
         let first = self.stream_checkpoint_for_offset(id, start).await?.offset;
         let rows = sqlx::query(
             "SELECT start, data FROM stream_chunks WHERE stream_id = $1 AND start >= $2 AND start < $3 ORDER BY start",
         )
-        .bind(id)
+        .bind(id.as_str())
         .bind(to_i64(first))
         .bind(to_i64(end))
         .fetch_all(&self.pool)
@@ -247,8 +254,8 @@ impl Db {
         Ok(out.freeze())
     }
 
-    async fn stream_checkpoint(&self, sql: &str, id: &str, v: u64) -> DbResult<Checkpoint> {
-        let row = sqlx::query(sql).bind(id).bind(to_i64(v)).fetch_optional(&self.pool).await?;
+    async fn stream_checkpoint(&self, sql: &str, id: &StreamId, v: u64) -> DbResult<Checkpoint> {
+        let row = sqlx::query(sql).bind(id.as_str()).bind(to_i64(v)).fetch_optional(&self.pool).await?;
         Ok(match row {
             Some(r) => Checkpoint {
                 offset: r.try_get::<i64, _>("start")? as u64,
@@ -259,14 +266,14 @@ impl Db {
     }
 
     /// The chunk start at or before `offset`, with the newlines before it.
-    pub async fn stream_checkpoint_for_offset(&self, id: &str, offset: u64) -> DbResult<Checkpoint> {
+    pub async fn stream_checkpoint_for_offset(&self, id: &StreamId, offset: u64) -> DbResult<Checkpoint> {
         let sql = "SELECT start, newlines FROM stream_chunks WHERE stream_id = $1 AND start <= $2 \
                    ORDER BY start DESC LIMIT 1";
         self.stream_checkpoint(sql, id, offset).await
     }
 
     /// The last chunk start at or before the start of `line`.
-    pub async fn stream_checkpoint_for_line(&self, id: &str, line: u64) -> DbResult<Checkpoint> {
+    pub async fn stream_checkpoint_for_line(&self, id: &StreamId, line: u64) -> DbResult<Checkpoint> {
         let sql = "SELECT start, newlines FROM stream_chunks WHERE stream_id = $1 AND newlines < $2 \
                    ORDER BY start DESC LIMIT 1";
         self.stream_checkpoint(sql, id, line.saturating_sub(1)).await
@@ -277,12 +284,12 @@ impl Db {
     /// Returns the row after.
     pub async fn close_stream(
         &self,
-        ns: &str,
-        id: &str,
+        ns: &Namespace,
+        id: &StreamId,
         exit_code: Option<i64>,
         signal: Option<String>,
     ) -> DbResult<Option<StreamRow>> {
-        let (n, i) = (ns.to_owned(), id.to_owned());
+        let (n, i) = (ns.to_string(), id.to_string());
         self.write(move |c| {
             Box::pin(async move {
                 sqlx::query(
@@ -303,8 +310,8 @@ impl Db {
     }
 
     /// Records the sealed blob and drops the chunks, unless another seal got there first.
-    pub async fn finish_seal(&self, id: &str, digest: &Digest) -> DbResult<()> {
-        let (id, digest) = (id.to_owned(), digest.hex());
+    pub async fn finish_seal(&self, id: &StreamId, digest: &Digest) -> DbResult<()> {
+        let (id, digest) = (id.to_string(), digest.hex());
         self.write(move |c| {
             Box::pin(async move {
                 let n = sqlx::query("UPDATE streams SET digest = $1 WHERE id = $2 AND digest IS NULL")

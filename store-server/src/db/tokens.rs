@@ -1,17 +1,19 @@
 //! Tokens: stored as SHA-256 hashes, never in plain text.
 
+use spillway_api::{Namespace, Scope};
+use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::error::DbResult;
+use super::error::{DbError, DbResult};
 use super::pool::Db;
 
 /// What a token grants.
 #[derive(Debug, Clone)]
 pub struct TokenRow {
     /// The namespace it belongs to.
-    pub namespace: String,
+    pub namespace: Namespace,
     /// Its scopes.
-    pub scopes: Vec<String>,
+    pub scopes: Vec<Scope>,
 }
 
 /// A token as `token list` shows it: never the token, nor its full hash.
@@ -20,9 +22,9 @@ pub struct TokenInfo {
     /// What `token revoke` takes: the first 16 hex digits of the token's SHA-256.
     pub id: String,
     /// The namespace it belongs to.
-    pub namespace: String,
+    pub namespace: Namespace,
     /// Its scopes.
-    pub scopes: Vec<String>,
+    pub scopes: Vec<Scope>,
     /// Milliseconds since the epoch.
     pub created_at: i64,
     /// Milliseconds since the epoch, to within the token cache's 30 seconds; null if never used.
@@ -34,10 +36,23 @@ pub fn token_id(hash: &str) -> &str {
     &hash[..hash.len().min(16)]
 }
 
+/// A token's namespace and scopes as its row keeps them (scopes space-separated).
+fn grant_of(r: &AnyRow) -> DbResult<(Namespace, Vec<Scope>)> {
+    let namespace: String = r.try_get("namespace")?;
+    let scopes: String = r.try_get("scopes")?;
+    let namespace = Namespace::new(&namespace).map_err(|_| DbError::corrupt("namespace", namespace))?;
+    let scopes = scopes
+        .split_whitespace()
+        .map(|s| s.parse().map_err(|_| DbError::corrupt("scope", s)))
+        .collect::<DbResult<_>>()?;
+    Ok((namespace, scopes))
+}
+
 impl Db {
     /// Stores a token's hash.
-    pub async fn insert_token(&self, hash: &str, namespace: &str, scopes: &[String], now: i64) -> DbResult<()> {
-        let (hash, namespace, scopes) = (hash.to_owned(), namespace.to_owned(), scopes.join(" "));
+    pub async fn insert_token(&self, hash: &str, namespace: &Namespace, scopes: &[Scope], now: i64) -> DbResult<()> {
+        let names: Vec<&str> = scopes.iter().map(Scope::as_str).collect();
+        let (hash, namespace, scopes) = (hash.to_owned(), namespace.to_string(), names.join(" "));
         self.write(move |c| {
             Box::pin(async move {
                 sqlx::query("INSERT INTO tokens (hash, namespace, scopes, created_at) VALUES ($1, $2, $3, $4)")
@@ -59,14 +74,7 @@ impl Db {
             .bind(hash)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|r| -> DbResult<_> {
-            let scopes: String = r.try_get("scopes")?;
-            Ok(TokenRow {
-                namespace: r.try_get("namespace")?,
-                scopes: scopes.split_whitespace().map(str::to_owned).collect(),
-            })
-        })
-        .transpose()
+        row.map(|r| grant_of(&r).map(|(namespace, scopes)| TokenRow { namespace, scopes })).transpose()
     }
 
     /// Records that a token was used now.
@@ -95,11 +103,11 @@ impl Db {
         rows.into_iter()
             .map(|r| {
                 let hash: String = r.try_get("hash")?;
-                let scopes: String = r.try_get("scopes")?;
+                let (namespace, scopes) = grant_of(&r)?;
                 Ok(TokenInfo {
                     id: token_id(&hash).to_owned(),
-                    namespace: r.try_get("namespace")?,
-                    scopes: scopes.split_whitespace().map(str::to_owned).collect(),
+                    namespace,
+                    scopes,
                     created_at: r.try_get("created_at")?,
                     last_used_at: r.try_get("last_used_at")?,
                 })

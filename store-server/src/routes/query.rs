@@ -1,7 +1,7 @@
 //! The query of the capped read API, shared by blob and stream reads, and the read it asks for.
 
 use serde::Deserialize;
-use spillway_api::paging::{self as page, Source};
+use spillway_api::paging::{self as page, Source, SourceError};
 use spillway_api::{ReadPage, DEFAULT_PAGE_LINES, READ_CAP};
 
 use crate::error::{ApiError, ApiResult};
@@ -98,7 +98,10 @@ pub(crate) enum Position {
 }
 
 /// Runs a read over any source.
-pub(crate) async fn page_of(src: &dyn Source, q: &ReadQuery) -> ApiResult<ReadPage> {
+pub(crate) async fn page_of<E>(src: &dyn Source<Error = E>, q: &ReadQuery) -> ApiResult<ReadPage>
+where
+    E: SourceError + Into<ApiError>,
+{
     let page = match (q.offset.or(q.limit.map(|_| 0)), q.line.or(q.lines.map(|_| 1))) {
         (Some(_), Some(_)) => return Err(ApiError::InvalidArgument("use offset/limit or line/lines, not both".into())),
         (_, Some(line)) => page::line_page(src, line, q.lines.unwrap_or(DEFAULT_PAGE_LINES)).await?,

@@ -12,43 +12,38 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::Deserialize;
 use spillway_api::{
-    AppendResponse, BlobRecord, Digest, GrepResponse, ReadPage, SealRequest, StreamCreated, StreamInfo, StreamState,
-    MAX_WAIT_MS,
+    AppendResponse, BlobRecord, Digest, GrepResponse, ReadPage, SealRequest, StreamCreated, StreamId, StreamInfo,
+    StreamState, MAX_WAIT_MS,
 };
 
 use super::extract::{json_object_body, RefOptions, Q};
 use super::query::{page_of, GrepQuery, Position, ReadQuery};
 use crate::auth::{Caller, Scope};
-use crate::db::{AppendOutcome, Db, StreamRow};
-use crate::error::{src_err, ApiError, ApiResult};
+use crate::db::{AppendOutcome, Db, DbError, StreamRow};
+use crate::error::{ApiError, ApiResult};
 use crate::json::PageJson;
 use crate::state::AppState;
 use crate::store::BlobSource;
 use crate::upload::{self, RefSpec};
 use spillway_api::paging::lines::Checkpoint;
-use spillway_api::paging::{self, PageResult, Source};
+use spillway_api::paging::{self, Source};
 
 /// An append's body is stored in pieces of this size (an append of any size is taken).
 const APPEND_PIECE: usize = 4 << 20;
 /// Chunk size when a seal reads the stream back.
 const SEAL_READ: u64 = 4 << 20;
 
-fn check_id(id: &str) -> ApiResult<()> {
-    if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
-        Ok(())
-    } else {
-        Err(ApiError::InvalidArgument(format!("invalid stream id {:?}", id.chars().take(80).collect::<String>())))
-    }
+fn stream_id(raw: &str) -> ApiResult<StreamId> {
+    StreamId::new(raw).map_err(|e| ApiError::InvalidArgument(e.to_string()))
 }
 
-async fn find(state: &AppState, caller: &Caller, id: &str) -> ApiResult<StreamRow> {
-    check_id(id)?;
+async fn find(state: &AppState, caller: &Caller, id: &StreamId) -> ApiResult<StreamRow> {
     state.db.get_stream(&caller.namespace, id).await?.ok_or_else(|| ApiError::NotFound(format!("stream {id}")))
 }
 
 fn info(row: &StreamRow) -> StreamInfo {
     StreamInfo {
-        id: row.id.clone(),
+        id: row.id.to_string(),
         size: row.size,
         state: row.state,
         digest: row.digest.as_ref().map(Digest::to_string),
@@ -86,9 +81,9 @@ pub(super) async fn create_stream(
     if max_bytes == 0 || max_bytes > cap {
         return Err(ApiError::InvalidArgument(format!("max_bytes must be 1 to {cap}")));
     }
-    let id = uuid::Uuid::new_v4().simple().to_string();
+    let id = StreamId::new(&uuid::Uuid::new_v4().simple().to_string()).map_err(ApiError::internal)?;
     state.db.create_stream(&id, &caller.namespace, &opts.labels, ttl_ms, max_bytes, state.now()).await?;
-    Ok((StatusCode::CREATED, Json(StreamCreated { id, max_bytes })).into_response())
+    Ok((StatusCode::CREATED, Json(StreamCreated { id: id.to_string(), max_bytes })).into_response())
 }
 
 /// `GET /v1/streams/{id}`.
@@ -99,6 +94,7 @@ pub(super) async fn get_stream(
     Path(id): Path<String>,
 ) -> ApiResult<Json<StreamInfo>> {
     caller.require(Scope::Read)?;
+    let id = stream_id(&id)?;
     Ok(Json(info(&find(&state, &caller, &id).await?)))
 }
 
@@ -121,7 +117,7 @@ pub(super) async fn append_stream(
     body: axum::body::Body,
 ) -> ApiResult<Json<AppendResponse>> {
     caller.require(Scope::Write)?;
-    check_id(&id)?;
+    let id = stream_id(&id)?;
     // The body is taken in pieces, each an offset-checked append of its own, so an append of
     // any size stores up to the stream's cap and a retried one is a no-op piece by piece.
     let mut frames = body.into_data_stream();
@@ -159,7 +155,7 @@ pub(super) async fn append_stream(
 async fn append_piece(
     state: &AppState,
     caller: &Caller,
-    id: &str,
+    id: &StreamId,
     offset: u64,
     asked: u64,
     data: &Bytes,
@@ -189,6 +185,7 @@ struct StreamSource {
 
 #[async_trait]
 impl Source for StreamSource {
+    type Error = DbError;
     fn size(&self) -> u64 {
         self.row.size
     }
@@ -198,14 +195,14 @@ impl Source for StreamSource {
     fn digest(&self) -> Option<String> {
         None
     }
-    async fn checkpoint_for_offset(&self, offset: u64) -> PageResult<Checkpoint> {
-        src_err(self.db.stream_checkpoint_for_offset(&self.row.id, offset).await)
+    async fn checkpoint_for_offset(&self, offset: u64) -> Result<Checkpoint, DbError> {
+        self.db.stream_checkpoint_for_offset(&self.row.id, offset).await
     }
-    async fn checkpoint_for_line(&self, line: u64) -> PageResult<Checkpoint> {
-        src_err(self.db.stream_checkpoint_for_line(&self.row.id, line).await)
+    async fn checkpoint_for_line(&self, line: u64) -> Result<Checkpoint, DbError> {
+        self.db.stream_checkpoint_for_line(&self.row.id, line).await
     }
-    async fn read(&self, start: u64, end: u64) -> PageResult<Bytes> {
-        src_err(self.db.read_stream(&self.row.id, start, end).await)
+    async fn read(&self, start: u64, end: u64) -> Result<Bytes, DbError> {
+        self.db.read_stream(&self.row.id, start, end).await
     }
 }
 
@@ -227,6 +224,7 @@ pub(super) async fn read_stream(
     Q(q): Q<ReadQuery>,
 ) -> ApiResult<PageJson> {
     caller.require(Scope::Read)?;
+    let id = stream_id(&id)?;
     q.check()?;
     let wait = q.wait_ms().unwrap_or(0);
     if wait > MAX_WAIT_MS {
@@ -271,6 +269,7 @@ pub(super) async fn grep_stream(
     Q(q): Q<GrepQuery>,
 ) -> ApiResult<Json<GrepResponse>> {
     caller.require(Scope::Read)?;
+    let id = stream_id(&id)?;
     let regex = q.compile()?;
     let row = find(&state, &caller, &id).await?;
     let digest = match row.digest {
@@ -333,6 +332,7 @@ pub(super) async fn seal_stream(
 ) -> ApiResult<Response> {
     caller.require(Scope::Write)?;
     let how = parse_seal(&body)?;
+    let id = stream_id(&id)?;
     find(&state, &caller, &id).await?;
     let row = state
         .db

@@ -50,7 +50,7 @@ async fn put_then_dedup_and_record_fields() {
     let resp = c.request(Method::POST, "/v1/blobs").body("fresh bytes").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     // Lookup by SHA-256 reaches the same blob.
-    let head = c.head(&rec.sha256).await.unwrap();
+    let head = c.head(&sha256_of(&rec)).await.unwrap();
     assert_eq!(head, Some(11));
     srv.stop().await;
 }
@@ -64,8 +64,8 @@ async fn digest_mismatch_stores_nothing() {
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "digest_mismatch");
-    assert_eq!(c.head(&wrong.to_string()).await.unwrap(), None);
-    assert_eq!(c.head(&Digest::of(b"actual").to_string()).await.unwrap(), None);
+    assert_eq!(c.head(&wrong).await.unwrap(), None);
+    assert_eq!(c.head(&Digest::of(b"actual")).await.unwrap(), None);
     assert!(srv.stored_under("tmp").is_empty(), "staged bytes left: {:?}", srv.stored_under("tmp"));
     assert!(srv.stored_under("blobs").is_empty(), "bytes published: {:?}", srv.stored_under("blobs"));
     srv.stop().await;
@@ -144,7 +144,7 @@ async fn namespaces_are_isolated_but_storage_is_shared() {
     // Over the inline limit, so the one stored copy is a file.
     let data = Bytes::from("secret incident log\n".repeat(1000));
     let rec = a.put(data.clone(), &UploadOptions::default()).await.unwrap();
-    let d = rec.digest.to_string();
+    let d = rec.digest;
     // B sees nothing: HEAD, GET, read, grep, pin, delete are all 404.
     assert_eq!(b.head(&d).await.unwrap(), None);
     assert!(b.get(&d).await.unwrap_err().is_not_found());
@@ -159,7 +159,7 @@ async fn namespaces_are_isolated_but_storage_is_shared() {
     a.pin(&d, None).await.unwrap();
     assert!(b.unpin(&d).await.unwrap_err().is_not_found(), "B cannot unpin A's pin");
     assert!(b.delete(&d).await.unwrap_err().is_not_found());
-    assert!(b.head(&rec.sha256).await.unwrap().is_none());
+    assert!(b.head(&sha256_of(&rec)).await.unwrap().is_none());
     assert!(b.list_refs(&[], None, None).await.unwrap().refs.is_empty());
     // A's blob is untouched by all of that.
     assert_eq!(a.grep(&d, &grep).await.unwrap().matches.len(), 1000);
@@ -207,7 +207,7 @@ async fn sixteen_concurrent_identical_uploads() {
     assert_eq!(created, 1, "one upload made the reference, the fifteen others found it");
     assert_eq!(srv.stored_under("blobs").len(), 1);
     assert!(srv.stored_under("tmp").is_empty());
-    let got = srv.client().get(&Digest::of(&data).to_string()).await.unwrap().bytes().await.unwrap();
+    let got = srv.client().get(&Digest::of(&data)).await.unwrap().bytes().await.unwrap();
     assert_eq!(got, data);
     srv.stop().await;
 }
@@ -217,7 +217,7 @@ async fn get_honours_range_and_etag() {
     let srv = TestServer::start().await;
     let c = srv.client();
     let data: Bytes = (0..1000u32).map(|i| (i % 256) as u8).collect::<Vec<u8>>().into();
-    let d = c.put(data.clone(), &UploadOptions::default()).await.unwrap().digest.to_string();
+    let d = c.put(data.clone(), &UploadOptions::default()).await.unwrap().digest;
     let path = format!("/v1/blobs/{d}");
     let full = c.request(Method::GET, &path).send().await.unwrap();
     assert_eq!(full.status(), StatusCode::OK);
@@ -264,17 +264,12 @@ async fn auth_and_scopes() {
     assert_eq!(api_code(&err), (403, "forbidden".into()));
     let writer = srv.client_for("ns-a", &[Scope::Write]).await;
     let rec = writer.put(Bytes::from_static(b"x"), &UploadOptions::default()).await.unwrap();
-    let err = writer
-        .read(&rec.digest.to_string(), spillway_client::ReadRequest::Bytes { offset: 0, limit: None })
-        .await
-        .unwrap_err();
+    let err =
+        writer.read(&rec.digest, spillway_client::ReadRequest::Bytes { offset: 0, limit: None }).await.unwrap_err();
     assert_eq!(api_code(&err), (403, "forbidden".into()));
-    let err = writer.pin(&rec.digest.to_string(), None).await.unwrap_err();
+    let err = writer.pin(&rec.digest, None).await.unwrap_err();
     assert_eq!(api_code(&err), (403, "forbidden".into()));
-    assert!(reader
-        .read(&rec.digest.to_string(), spillway_client::ReadRequest::Bytes { offset: 0, limit: None })
-        .await
-        .is_ok());
+    assert!(reader.read(&rec.digest, spillway_client::ReadRequest::Bytes { offset: 0, limit: None }).await.is_ok());
     // Tokens are stored hashed: the plain token appears in no file of the data directory
     // (the database, its write-ahead log, anything else), while its hash does — so the scan
     // reads where the rows are.
@@ -310,10 +305,10 @@ async fn pins_deletes_and_refs_listing() {
     let r = c.request(Method::GET, "/v1/refs?cursor=zzz").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     // Pin, unpin, delete.
-    let d = out.digest.to_string();
+    let d = out.digest;
     let pinned = c.pin(&d, Some("INC-42")).await.unwrap();
     assert!(pinned.expires_at.is_none());
-    assert!(c.list_refs(&[], None, None).await.unwrap().refs.iter().any(|r| r.pinned && r.digest == d));
+    assert!(c.list_refs(&[], None, None).await.unwrap().refs.iter().any(|r| r.pinned && r.digest == d.to_string()));
     c.unpin(&d).await.unwrap();
     assert!(c.unpin(&d).await.unwrap_err().is_not_found());
     let r = c.request(Method::POST, &format!("/v1/blobs/{d}/pin")).body("{not json").send().await.unwrap();
@@ -334,7 +329,7 @@ async fn blobs_either_side_of_the_inline_limit_read_back() {
     for size in [1, limit - 1, limit, limit + 1, 3 * limit] {
         let data = Bytes::from((0..size).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
         let rec = c.put(data.clone(), &UploadOptions::default()).await.unwrap();
-        let got = c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap();
+        let got = c.get(&rec.digest).await.unwrap().bytes().await.unwrap();
         assert_eq!(got, data, "{size} bytes");
         let r = c
             .request(Method::GET, &format!("/v1/blobs/{}", rec.digest))

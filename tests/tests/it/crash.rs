@@ -141,16 +141,16 @@ async fn killed_mid_upload_leaves_nothing_partial() {
     if config.blob_store.is_none() {
         assert!(files_under(&tmp).is_empty(), "start-up cleans leftovers");
     }
-    assert_eq!(c2.head(&digest.to_string()).await.unwrap(), None, "nothing partial is visible");
+    assert_eq!(c2.head(&digest).await.unwrap(), None, "nothing partial is visible");
     let probe = spillway_server::build_state(config.clone(), std::sync::Arc::new(spillway_server::clock::SystemClock))
         .await
         .unwrap();
     assert!(!probe.blobs.exists(&digest).await.unwrap(), "nothing partial is published");
-    let got = c2.get(&kept.digest.to_string()).await.unwrap().bytes().await.unwrap();
+    let got = c2.get(&kept.digest).await.unwrap().bytes().await.unwrap();
     assert_eq!(got, "acknowledged before the crash\n");
-    let got = c2.get(&Digest::of(&kept_big).to_string()).await.unwrap().bytes().await.unwrap();
+    let got = c2.get(&Digest::of(&kept_big)).await.unwrap().bytes().await.unwrap();
     assert_eq!(got, kept_big);
     let rec = c2.put(Bytes::from(whole.clone()), &UploadOptions::default()).await.unwrap();
     assert_eq!(rec.digest, digest);
-    assert_eq!(c2.get(&digest.to_string()).await.unwrap().bytes().await.unwrap(), whole);
+    assert_eq!(c2.get(&digest).await.unwrap().bytes().await.unwrap(), whole);
 }

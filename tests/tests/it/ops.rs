@@ -98,7 +98,7 @@ async fn first_start_writes_a_private_token() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     let token = std::fs::read_to_string(&path).unwrap();
     let row = state.db.find_token(&spillway_server::auth::hash_token(token.trim())).await.unwrap().unwrap();
-    assert_eq!(row.namespace, "default");
+    assert_eq!(row.namespace.as_str(), "default");
     assert_eq!(row.scopes.len(), 3);
     assert!(spillway_server::ensure_first_token(&state).await.unwrap().is_none(), "only the first start");
 }
@@ -128,7 +128,7 @@ async fn a_failing_write_spoils_only_itself() {
     let writes = hashes.iter().map(|h| {
         let db = srv.state.db.clone();
         let h = h.clone();
-        async move { db.insert_token(&h, "ns-x", &["read".to_owned()], 0).await.is_ok() }
+        async move { db.insert_token(&h, &"ns-x".parse().unwrap(), &[spillway_api::Scope::Read], 0).await.is_ok() }
     });
     let results = futures::future::join_all(writes).await;
     let same_ok = results.iter().zip(&hashes).filter(|(ok, h)| **ok && h.as_str() == "same").count();
@@ -194,7 +194,7 @@ async fn a_full_disk_is_507_and_deletes_still_work() {
     let full = loop {
         let body = Bytes::from(format!("{:016}", stored.len()).repeat(1000)); // 16,000 bytes, distinct
         match c.put(body, &UploadOptions::default()).await {
-            Ok(rec) => stored.push(rec.digest.to_string()),
+            Ok(rec) => stored.push(rec.digest),
             Err(e) => break e,
         }
         assert!(stored.len() < 5000, "24 MiB never filled");

@@ -12,7 +12,7 @@ async fn byte_pages_are_capped_and_concatenate() {
     let c = srv.client();
     // Multi-byte characters straddle every page boundary.
     let text: String = (0..60_000).map(|i| if i % 7 == 0 { "é€\n".to_owned() } else { format!("{i}😀") }).collect();
-    let d = c.put(Bytes::from(text.clone()), &UploadOptions::default()).await.unwrap().digest.to_string();
+    let d = c.put(Bytes::from(text.clone()), &UploadOptions::default()).await.unwrap().digest;
     let mut out = String::new();
     let mut offset = 0;
     let mut pages = 0;
@@ -50,7 +50,7 @@ async fn line_pages_and_far_lines() {
     let srv = TestServer::start().await;
     let c = srv.client();
     let text = numbered(1_000_000);
-    let d = c.put(Bytes::from(text), &UploadOptions::default()).await.unwrap().digest.to_string();
+    let d = c.put(Bytes::from(text), &UploadOptions::default()).await.unwrap().digest;
     let p = c.read(&d, ReadRequest::Lines { line: 1, lines: None }).await.unwrap();
     assert_eq!((p.start_line, p.end_line, p.next_line), (1, 2000, Some(2001)));
     assert!(p.content.starts_with("line 1\nline 2\n") && p.content.ends_with("line 2000\n"));
@@ -80,7 +80,7 @@ async fn over_long_line_continues_by_bytes_and_lossy_is_flagged() {
     let c = srv.client();
     let mut data = vec![b'a'; 150_000];
     data.extend_from_slice(b"\nnext\n\xff\xfe bad\n");
-    let d = c.put(Bytes::from(data), &UploadOptions::default()).await.unwrap().digest.to_string();
+    let d = c.put(Bytes::from(data), &UploadOptions::default()).await.unwrap().digest;
     let p = c.read(&d, ReadRequest::Lines { line: 1, lines: Some(3) }).await.unwrap();
     assert_eq!(p.content.len(), 100_000);
     assert_eq!(p.next_offset, Some(100_000));
@@ -102,7 +102,7 @@ async fn grep_is_capped_resumable_and_safe() {
     let text: String = (1..=200_000)
         .map(|i| if i % 10 == 0 { format!("{i} ERROR disk full\n") } else { format!("{i} ok\n") })
         .collect();
-    let d = c.put(Bytes::from(text), &UploadOptions::default()).await.unwrap().digest.to_string();
+    let d = c.put(Bytes::from(text), &UploadOptions::default()).await.unwrap().digest;
     let g = GrepRequest { pattern: "error".into(), ignore_case: true, max_matches: Some(3), ..Default::default() };
     let r = c.grep(&d, &g).await.unwrap();
     assert_eq!(r.matches.iter().map(|m| m.line).collect::<Vec<_>>(), vec![10, 20, 30]);
@@ -152,7 +152,7 @@ async fn binary_pages_and_grep_are_capped_on_what_is_sent() {
         .map(|i| if i % 5000 == 4999 { b'\n' } else { 0x80 | (i.wrapping_mul(2_654_435_761) >> 26) as u8 })
         .collect::<Vec<u8>>()
         .into();
-    let d = c.put(data.clone(), &UploadOptions::default()).await.unwrap().digest.to_string();
+    let d = c.put(data.clone(), &UploadOptions::default()).await.unwrap().digest;
     let p = c.read(&d, ReadRequest::Bytes { offset: 1000, limit: Some(1_000_000_000) }).await.unwrap();
     assert!(p.lossy && p.capped, "lossy {} capped {}", p.lossy, p.capped);
     assert!(p.content.len() <= 100_000 && p.content.len() > 99_000, "{} bytes of content", p.content.len());

@@ -62,7 +62,7 @@ async fn three_replicas_mixed_workload_with_retention() {
                 if long {
                     // Read back at once through another replica.
                     let other = &clients[(w + op + 1) % 3];
-                    let got = other.get(&rec.digest.to_string()).await.expect("visible on another replica");
+                    let got = other.get(&rec.digest).await.expect("visible on another replica");
                     assert_eq!(got.bytes().await.unwrap(), data);
                     live.push((rec.digest, data));
                 }
@@ -115,11 +115,11 @@ async fn three_replicas_mixed_workload_with_retention() {
     assert!(!live.is_empty());
     for (digest, data) in &live {
         for cl in &clients {
-            let got = cl.get(&digest.to_string()).await.unwrap_or_else(|e| panic!("{digest} lost: {e}"));
+            let got = cl.get(digest).await.unwrap_or_else(|e| panic!("{digest} lost: {e}"));
             assert_eq!(&got.bytes().await.unwrap(), data);
         }
     }
-    let got = clients[0].get(&sealed.digest.to_string()).await.unwrap().bytes().await.unwrap();
+    let got = clients[0].get(&sealed.digest).await.unwrap().bytes().await.unwrap();
     assert_eq!(got, expected);
     for s in [a, b, c] {
         s.stop().await;

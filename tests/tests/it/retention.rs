@@ -35,21 +35,21 @@ async fn ttl_pins_and_shared_blobs() {
     a.put(shared.clone(), &ttl(10)).await.unwrap();
     b.put(shared.clone(), &ttl(100)).await.unwrap();
     let p = a.put(pinned.clone(), &ttl(10)).await.unwrap();
-    a.pin(&p.digest.to_string(), Some("INC-1")).await.unwrap();
+    a.pin(&p.digest, Some("INC-1")).await.unwrap();
     a.put(lone.clone(), &ttl(10)).await.unwrap();
     let dry = spillway_server::run_retention_once(&srv.state, true).await.unwrap();
     assert_eq!(dry.references_expired, 0);
 
     srv.clock.advance_secs(11);
     // Expired references are invisible at once, before any pass.
-    assert_eq!(a.head(&Digest::of(&lone).to_string()).await.unwrap(), None);
+    assert_eq!(a.head(&Digest::of(&lone)).await.unwrap(), None);
     let dry = spillway_server::run_retention_once(&srv.state, true).await.unwrap();
     assert_eq!(dry.references_expired, 3);
     let s = srv.retention().await;
     assert_eq!((s.references_expired, s.blobs_deleted), (3, 0), "grace keeps the bytes");
-    assert_eq!(a.head(&Digest::of(&shared).to_string()).await.unwrap(), None);
-    assert_eq!(b.head(&Digest::of(&shared).to_string()).await.unwrap(), Some(shared.len() as u64));
-    assert!(a.head(&p.digest.to_string()).await.unwrap().is_some(), "pinned");
+    assert_eq!(a.head(&Digest::of(&shared)).await.unwrap(), None);
+    assert_eq!(b.head(&Digest::of(&shared)).await.unwrap(), Some(shared.len() as u64));
+    assert!(a.head(&p.digest).await.unwrap().is_some(), "pinned");
 
     srv.clock.advance_secs(61);
     let s = srv.retention().await;
@@ -57,7 +57,7 @@ async fn ttl_pins_and_shared_blobs() {
     assert_eq!(s.bytes_freed, lone.len() as u64);
     assert!(!is_stored(&srv, &lone).await);
     assert!(is_stored(&srv, &shared).await);
-    assert_eq!(b.get(&Digest::of(&shared).to_string()).await.unwrap().bytes().await.unwrap(), shared);
+    assert_eq!(b.get(&Digest::of(&shared)).await.unwrap().bytes().await.unwrap(), shared);
 
     srv.clock.advance_secs(30); // t = 102 s: B's reference expired at 100 s; its grace runs to 160 s
     assert_eq!(srv.retention().await.blobs_deleted, 0);
@@ -66,12 +66,12 @@ async fn ttl_pins_and_shared_blobs() {
     let s = srv.retention().await;
     assert_eq!(s.blobs_deleted, 1);
     assert!(!is_stored(&srv, &shared).await);
-    assert!(a.head(&p.digest.to_string()).await.unwrap().is_some(), "still pinned");
+    assert!(a.head(&p.digest).await.unwrap().is_some(), "still pinned");
     // A second pass finds nothing more: deletion is idempotent.
     assert_eq!(srv.retention().await.blobs_deleted, 0);
     // Content that was collected can be uploaded again.
     a.put(lone.clone(), &ttl(10)).await.unwrap();
-    assert_eq!(a.get(&Digest::of(&lone).to_string()).await.unwrap().bytes().await.unwrap(), lone);
+    assert_eq!(a.get(&Digest::of(&lone)).await.unwrap().bytes().await.unwrap(), lone);
     srv.stop().await;
 }
 
@@ -89,10 +89,10 @@ async fn upload_racing_collection_never_loses_bytes() {
         gc.await.unwrap();
         let rec = up.unwrap();
         // Whatever order they ran in, the live reference reads back byte for byte.
-        let got = c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap();
+        let got = c.get(&rec.digest).await.unwrap().bytes().await.unwrap();
         assert_eq!(got, data, "round {round}");
         srv.retention().await;
-        let got = c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap();
+        let got = c.get(&rec.digest).await.unwrap().bytes().await.unwrap();
         assert_eq!(got, data, "round {round}, after another pass");
     }
     srv.stop().await;
@@ -121,8 +121,8 @@ async fn grace_counts_from_the_moment_the_last_reference_went() {
     let deleted = Bytes::from(vec![b'd'; 100_000]);
     c.put(expiring.clone(), &ttl(1)).await.unwrap();
     c.put(deleted.clone(), &ttl(3600)).await.unwrap();
-    c.delete(&Digest::of(&deleted).to_string()).await.unwrap(); // its grace starts now
-                                                                // The real clock moves too, by milliseconds: the margins below are 400 ms and more.
+    c.delete(&Digest::of(&deleted)).await.unwrap(); // its grace starts now
+                                                    // The real clock moves too, by milliseconds: the margins below are 400 ms and more.
     srv.clock.advance_ms(1_500); // the expiry was at +1 s (grace ends +2 s); the delete's grace ended at +1 s
     let s = srv.retention().await;
     assert_eq!(s.blobs_deleted, 1, "{s:?}");
@@ -171,7 +171,7 @@ async fn bytes_without_a_row_are_swept_after_the_grace_and_the_lease() {
     srv.state.blobs.delete(&d).await.unwrap(); // the sweep's second phase: bytes, then the row
     assert!(srv.state.db.forget_blob(&d).await.unwrap());
     let rec = upload.await.unwrap().expect("the upload waits for the sweep and stores the bytes again");
-    assert_eq!(c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap(), orphan);
+    assert_eq!(c.get(&rec.digest).await.unwrap().bytes().await.unwrap(), orphan);
     assert!(srv.state.blobs.exists(&d).await.unwrap());
     srv.stop().await;
 }
@@ -219,7 +219,7 @@ async fn reuploads_during_collection_never_fail() {
     eprintln!("waited for a deletion: {:?}, published again: {:?}", races.waited_for_deletion, races.published_again);
     let c = srv.client();
     let rec = c.put(data.clone(), &ttl(3600)).await.unwrap();
-    assert_eq!(c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap(), data);
+    assert_eq!(c.get(&rec.digest).await.unwrap().bytes().await.unwrap(), data);
     srv.stop().await;
 }
 
@@ -248,7 +248,7 @@ async fn an_upload_waits_for_the_deletion_of_its_content() {
     assert!(db.forget_blob(&d).await.unwrap());
     let rec = upload.await.unwrap().expect("stored again once the deletion finished");
     assert!(!rec.deduplicated);
-    assert_eq!(c.get(&d.to_string()).await.unwrap().bytes().await.unwrap(), data);
+    assert_eq!(c.get(&d).await.unwrap().bytes().await.unwrap(), data);
     assert!(srv.state.blobs.exists(&d).await.unwrap());
     srv.stop().await;
 }

@@ -38,7 +38,7 @@ async fn appends_are_offset_checked_and_retry_safe() {
     // Seal: a blob with the stream's labels.
     let rec = c.seal(&s.id).await.unwrap();
     assert_eq!(rec.size, 21);
-    let got = c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap();
+    let got = c.get(&rec.digest).await.unwrap().bytes().await.unwrap();
     assert_eq!(got, "hello world\nline two\n");
     let refs = c.list_refs(&[("tool", "bg")], None, None).await.unwrap();
     assert_eq!(refs.refs[0].digest, rec.digest.to_string());
@@ -68,7 +68,7 @@ async fn cap_marks_the_stream_capped() {
     let err = c.append(&s.id, 10, Bytes::from_static(b"more")).await.unwrap_err();
     assert_eq!(api_code(&err), (409, "stream_closed".into()));
     let rec = c.seal(&s.id).await.unwrap();
-    assert_eq!(c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap(), "123456789A");
+    assert_eq!(c.get(&rec.digest).await.unwrap().bytes().await.unwrap(), "123456789A");
     let err = c.create_stream(&UploadOptions { max_bytes: Some(51 << 20), ..Default::default() }).await.unwrap_err();
     assert_eq!(api_code(&err), (400, "invalid_argument".into()));
     srv.stop().await;
@@ -144,7 +144,7 @@ async fn a_retried_append_at_the_cap_gets_the_same_answer() {
     let info = c.stream_info(&s.id).await.unwrap();
     assert_eq!((info.size, info.state), (10, StreamState::Capped));
     let rec = c.seal(&s.id).await.unwrap();
-    assert_eq!(c.get(&rec.digest.to_string()).await.unwrap().bytes().await.unwrap(), "123456789A");
+    assert_eq!(c.get(&rec.digest).await.unwrap().bytes().await.unwrap(), "123456789A");
     srv.stop().await;
 }
 

@@ -64,3 +64,8 @@ pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
 }
+
+/// A blob's SHA-256 from its record, as the digest the client takes.
+pub fn sha256_of(rec: &spillway_api::BlobRecord) -> spillway_api::AnyDigest {
+    rec.sha256.parse().expect("the record's sha256 is a digest")
+}
