@@ -181,21 +181,6 @@ impl From<&AnyDigest> for AnyDigest {
     }
 }
 
-macro_rules! serde_via_str {
-    ($t:ty) => {
-        impl serde::Serialize for $t {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
-            }
-        }
-        impl<'de> serde::Deserialize<'de> for $t {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-                s.parse().map_err(serde::de::Error::custom)
-            }
-        }
-    };
-}
 serde_via_str!(Digest);
 serde_via_str!(Sha256Digest);
 serde_via_str!(AnyDigest);

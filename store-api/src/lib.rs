@@ -4,6 +4,23 @@
 //! Both sides depend on this crate so that the JSON of the v1 contract is written down once.
 #![warn(missing_docs)]
 
+/// Serde through `Display` and `FromStr`: the JSON form of a checked name is its text.
+macro_rules! serde_via_str {
+    ($t:ty) => {
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
 mod digest;
 mod error;
 mod names;
