@@ -17,6 +17,7 @@ pub mod routes;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod streams;
 #[cfg(test)]
 mod structure;
 #[cfg(feature = "testing")]

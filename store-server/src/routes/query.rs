@@ -1,5 +1,6 @@
 //! The query of the capped read API, shared by blob and stream reads, and the read it asks for.
 
+use crate::streams::Position;
 use serde::Deserialize;
 use spillway_api::paging::{self as page, Source, SourceError};
 use spillway_api::{ReadPage, DEFAULT_PAGE_LINES, READ_CAP};
@@ -7,7 +8,7 @@ use spillway_api::{ReadPage, DEFAULT_PAGE_LINES, READ_CAP};
 use crate::error::{ApiError, ApiResult};
 
 /// Query of grep.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[derive(Debug, Clone, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct GrepQuery {
     /// Rust `regex` syntax.
@@ -47,7 +48,7 @@ impl GrepQuery {
 }
 
 /// Query of the capped read API.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[derive(Debug, Clone, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct ReadQuery {
     /// Byte page start.
@@ -86,15 +87,6 @@ impl ReadQuery {
         }
         Ok(())
     }
-}
-
-/// Where a read starts.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Position {
-    /// A byte offset.
-    Byte(u64),
-    /// A 1-based line.
-    Line(u64),
 }
 
 /// Runs a read over any source.
