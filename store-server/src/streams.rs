@@ -13,7 +13,7 @@ use spillway_api::paging::lines::Checkpoint;
 use spillway_api::paging::Source;
 use spillway_api::{AppendResponse, BlobRecord, Digest, Labels, Namespace, SealRequest, StreamId, StreamState};
 
-use crate::db::{AppendOutcome, Db, StreamRow};
+use crate::db::{AppendOutcome, Backend, Db, StreamRow};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::BlobSource;
@@ -90,8 +90,9 @@ fn has_data_for(row: &StreamRow, at: Position) -> bool {
 }
 
 /// The stream once it holds data at `at`, or it can no longer grow, or `wait` has passed.
-/// Appends and seals on this server wake the wait at once; those of other replicas are seen
-/// at the next database poll.
+/// Appends and seals on this server wake the wait at once. On PostgreSQL, those of other
+/// replicas are seen at the next database poll; on SQLite this process is the only writer (as
+/// the visibility cache assumes too), so a waiting reader costs nothing until it is woken.
 pub async fn wait_for(
     state: &AppState,
     ns: &Namespace,
@@ -108,8 +109,11 @@ pub async fn wait_for(
         if !may_grow(&row) || has_data_for(&row, at) {
             break;
         }
-        let nap =
-            state.config.stream_poll_interval.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let nap = match state.db.backend() {
+            Backend::Postgres => state.config.stream_poll_interval.min(left),
+            Backend::Sqlite => left,
+        };
         let _ = tokio::time::timeout(nap, woken).await;
         row = find(state, ns, id).await?;
     }
