@@ -3,6 +3,7 @@
 # every upload hashed, verified and fsynced) against nginx serving files with WebDAV PUT.
 # Prints one JSON line per run and, at the end, a markdown table of ratios.
 # Usage: bench/run.sh [quick]        (needs nginx: apt-get install nginx)
+#        SPILLWAY_SERVER_BIN=path bench/run.sh   runs another build of the server (before/after)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=${1:-}
@@ -35,7 +36,7 @@ http {
 CONF
 nginx -c "$work/nginx/nginx.conf" &
 ngx=$!
-SPILLWAY_DATA_DIR="$work/spw" SPILLWAY_LISTEN=127.0.0.1:17745 RUST_LOG=warn target/release/spillway-server &
+SPILLWAY_DATA_DIR="$work/spw" SPILLWAY_LISTEN=127.0.0.1:17745 RUST_LOG=warn "${SPILLWAY_SERVER_BIN:-target/release/spillway-server}" &
 spw=$!
 trap 'kill $ngx $spw 2>/dev/null; wait 2>/dev/null' EXIT
 for _ in $(seq 100); do

@@ -11,9 +11,9 @@ pub enum ClientError {
     /// The server answered with the contract's error body.
     #[error("{message} ({status} {})", code_name(code))]
     Api {
-        /// HTTP status.
+        /// The HTTP status the store answered.
         status: u16,
-        /// Contract code.
+        /// The error code of the store's JSON body.
         code: ErrorCode,
         /// The server's message.
         message: String,
@@ -24,7 +24,7 @@ pub enum ClientError {
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
     File {
-        /// The file.
+        /// The local file that failed.
         path: PathBuf,
         /// The underlying failure.
         #[source]

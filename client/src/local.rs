@@ -52,7 +52,7 @@ impl LocalSource {
         Ok(Self { path, digest: *digest, size: built.size(), lines: built.lines(), index: built.finish() })
     }
 
-    /// The file.
+    /// The spill file this source reads.
     pub fn path(&self) -> &std::path::Path {
         &self.path
     }

@@ -27,7 +27,7 @@ pub enum Location {
     },
     /// In a local file named by its content hash.
     File {
-        /// The file.
+        /// The spill file, named by the output's BLAKE3.
         path: PathBuf,
         /// `blake3:…` of the content.
         digest: Option<String>,
@@ -101,7 +101,7 @@ impl LocalDir {
         Self { dir: std::path::absolute(&dir).unwrap_or(dir) }
     }
 
-    /// The directory.
+    /// The directory spills are written to.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -55,7 +55,7 @@ pub enum ReadRequest {
     Lines {
         /// 1-based start.
         line: u64,
-        /// How many.
+        /// How many lines (the server's default when `None`).
         lines: Option<u64>,
     },
 }
@@ -84,11 +84,11 @@ pub struct GrepRequest {
     pub pattern: String,
     /// Case-insensitive.
     pub ignore_case: bool,
-    /// Literal pattern.
+    /// The pattern is a literal string, not a regex.
     pub fixed: bool,
     /// 1-based line to start at.
     pub from_line: Option<u64>,
-    /// Most matches.
+    /// Stop after this many matching lines.
     pub max_matches: Option<usize>,
     /// Context lines before each match.
     pub before: Option<u32>,

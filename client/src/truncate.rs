@@ -58,7 +58,7 @@ pub struct Preview {
 pub struct Rejected {
     /// Size of the refused text.
     pub size: u64,
-    /// The cap.
+    /// Most bytes of the preview the model sees.
     pub cap: usize,
 }
 

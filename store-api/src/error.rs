@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
-    /// Malformed digest.
+    /// A digest that is neither `blake3:` nor `sha256:` with 64 lowercase hex digits.
     InvalidDigest,
     /// Malformed query, header or body.
     InvalidArgument,
@@ -72,7 +72,7 @@ pub struct ErrorDetail {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
-    /// The error.
+    /// What went wrong: the contract's code and a message for a person.
     pub error: ErrorDetail,
 }
 

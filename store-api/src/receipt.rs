@@ -69,6 +69,6 @@ pub enum SaveFailure {
     StoreUnavailable,
     /// A local directory could not be written.
     LocalIo,
-    /// Anything else.
+    /// A failure none of the causes above names (its message says what it was).
     Other,
 }

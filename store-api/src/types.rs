@@ -56,7 +56,7 @@ pub struct ReadPage {
     pub capped: bool,
     /// True when invalid UTF-8 was replaced.
     pub lossy: bool,
-    /// The text.
+    /// The page's bytes as UTF-8, invalid sequences replaced (U+FFFD).
     pub content: String,
 }
 
@@ -106,7 +106,7 @@ pub struct GrepResponse {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum StreamState {
-    /// Accepting appends.
+    /// Accepting appends at its current size.
     Open,
     /// Reached `max_bytes`; no more appends.
     Capped,
@@ -187,9 +187,9 @@ pub struct AppendResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RefEntry {
-    /// The blob.
+    /// The referenced blob, `blake3:…`.
     pub digest: String,
-    /// Its size.
+    /// The blob's size in bytes.
     pub size: u64,
     /// Its lines, counted as the read API counts them (added in v1.1; 0 from older servers).
     #[serde(default)]
@@ -208,7 +208,7 @@ pub struct RefEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RefList {
-    /// Newest first.
+    /// This page of references, newest first.
     pub refs: Vec<RefEntry>,
     /// Pass as `cursor` for the next page; null at the end.
     pub next_cursor: Option<String>,
@@ -237,7 +237,7 @@ pub struct RetentionSummary {
     pub streams_expired: u64,
     /// Blobs whose bytes were deleted.
     pub blobs_deleted: u64,
-    /// Bytes freed.
+    /// Bytes of blobs deleted (would be, on a dry run).
     pub bytes_freed: u64,
     /// Bytes with no metadata row (left by a crash) that were deleted.
     #[serde(default)]

@@ -17,7 +17,7 @@ pub use spillway_api::Scope;
 /// The caller, as its token says.
 #[derive(Debug, Clone)]
 pub struct Caller {
-    /// Its namespace.
+    /// The namespace its token belongs to: every lookup of the request is confined to it.
     pub namespace: Namespace,
     scopes: Vec<Scope>,
 }

@@ -11,7 +11,7 @@ use spillway_api::{DigestError, ErrorBody, ErrorCode};
 /// What can go wrong while answering a request.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// Malformed digest.
+    /// A digest in the path or a header that does not parse.
     #[error(transparent)]
     InvalidDigest(#[from] DigestError),
     /// Malformed query, header or body.

@@ -16,7 +16,7 @@ use crate::db::Db;
 pub struct AppState {
     /// Metadata: blobs, references, streams, tokens (SQLite or PostgreSQL).
     pub db: Db,
-    /// Blob bytes.
+    /// Where blob bytes are stored: local disk or S3.
     pub blobs: BlobStore,
     /// Settings fixed at start-up.
     pub config: Arc<Config>,

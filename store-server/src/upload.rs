@@ -32,7 +32,7 @@ pub struct RefSpec {
 /// A stored upload: the record and whether the namespace held the blob before.
 #[derive(Debug)]
 pub struct Stored {
-    /// Answer body.
+    /// The blob record the upload answers with.
     pub record: BlobRecord,
 }
 

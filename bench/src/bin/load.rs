@@ -71,6 +71,14 @@ enum Op {
         #[arg(long)]
         count: usize,
     },
+    /// Long-polls on an empty stream (spillway only): each connection reads it with `wait_ms`
+    /// and waits the whole time, `count` times in all.
+    Poll {
+        #[arg(long, default_value_t = 30_000)]
+        wait_ms: u64,
+        #[arg(long)]
+        count: usize,
+    },
     /// Line pages at `line` of `name`, `count` times.
     Line {
         #[arg(long)]
@@ -142,6 +150,13 @@ impl Ctx {
         Ok(resp.bytes().await?.len() as u64)
     }
 
+    /// A new empty stream's id (spillway).
+    async fn create_stream(&self) -> anyhow::Result<String> {
+        let resp = self.auth(self.http.post(format!("{}/v1/streams", self.url))).send().await?;
+        anyhow::ensure!(resp.status().is_success(), "create stream {}", resp.status());
+        Ok(resp.json::<serde_json::Value>().await?["id"].as_str().unwrap_or_default().to_owned())
+    }
+
     async fn get(&self, name: &str) -> anyhow::Result<u64> {
         let url = match self.target {
             Target::Spillway => format!("{}/v1/blobs/{name}", self.url),
@@ -197,6 +212,10 @@ async fn main() -> anyhow::Result<()> {
             return Ok(());
         }
         op => {
+            let stream = match op {
+                Op::Poll { .. } => Some(ctx.create_stream().await?),
+                _ => None,
+            };
             let next = Arc::new(AtomicU64::new(0));
             let start = Instant::now();
             let mut tasks = Vec::new();
@@ -208,6 +227,9 @@ async fn main() -> anyhow::Result<()> {
                     Op::Range { name, size, secs } => Work::Range(name.clone(), *size, Duration::from_secs(*secs)),
                     Op::Get { name, count } => Work::Get(name.clone(), *count as u64),
                     Op::Line { name, line, lines, count } => Work::Line(name.clone(), *line, *lines, *count as u64),
+                    Op::Poll { wait_ms, count } => {
+                        Work::Poll(stream.clone().unwrap_or_default(), *wait_ms, *count as u64)
+                    }
                     Op::Seed { .. } => unreachable!(),
                 };
                 tasks.push(tokio::spawn(async move { run(&ctx, op, &next, salt, start).await }));
@@ -231,6 +253,7 @@ enum Work {
     Range(String, u64, Duration),
     Get(String, u64),
     Line(String, u64, u64, u64),
+    Poll(String, u64, u64),
 }
 
 async fn run(ctx: &Ctx, w: Work, next: &AtomicU64, salt: u64, start: Instant) -> anyhow::Result<(Vec<Duration>, u64)> {
@@ -264,6 +287,15 @@ async fn run(ctx: &Ctx, w: Work, next: &AtomicU64, salt: u64, start: Instant) ->
                     break;
                 }
                 bytes += ctx.get(name).await?;
+            }
+            Work::Poll(id, wait_ms, count) => {
+                if next.fetch_add(1, Ordering::Relaxed) >= *count {
+                    break;
+                }
+                let url = format!("{}/v1/streams/{id}/read?offset=0&wait_ms={wait_ms}", ctx.url);
+                let resp = ctx.auth(ctx.http.get(url)).send().await?;
+                anyhow::ensure!(resp.status().is_success(), "poll {}", resp.status());
+                bytes += resp.bytes().await?.len() as u64;
             }
             Work::Line(name, line, lines, count) => {
                 if next.fetch_add(1, Ordering::Relaxed) >= *count {

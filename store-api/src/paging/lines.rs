@@ -8,7 +8,7 @@ pub const CHECKPOINT_EVERY: u64 = 64 * 1024;
 /// A position whose line number is known: `newlines` `\n` bytes lie before `offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checkpoint {
-    /// Byte offset.
+    /// Where the checkpoint is, in bytes from the start.
     pub offset: u64,
     /// `\n` bytes before it.
     pub newlines: u64,
@@ -94,7 +94,7 @@ impl LineIndexBuilder {
         }
     }
 
-    /// Bytes seen.
+    /// Bytes indexed so far.
     pub fn size(&self) -> u64 {
         self.size
     }

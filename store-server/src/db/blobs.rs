@@ -14,7 +14,7 @@ use super::pool::{digest_at, labels_at, labels_json, to_i64, Db};
 /// A stored blob.
 #[derive(Debug, Clone)]
 pub struct BlobRow {
-    /// Its key.
+    /// Its BLAKE3, the key of its bytes.
     pub digest: Digest,
     /// Its SHA-256, by which it can be looked up too.
     pub sha256: Sha256Digest,
@@ -60,11 +60,11 @@ pub struct NewRef {
 /// One reference as listed.
 #[derive(Debug, Clone)]
 pub struct RefRow {
-    /// Cursor key.
+    /// The reference's row id; listing pages resume below it (`cursor`).
     pub id: i64,
     /// The blob referenced.
     pub digest: Digest,
-    /// Blob size.
+    /// The blob's size in bytes.
     pub size: u64,
     /// Lines as the contract counts them.
     pub lines: u64,

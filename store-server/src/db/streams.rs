@@ -52,9 +52,9 @@ impl StreamRow {
 pub enum AppendOutcome {
     /// Stored (or already stored: a retried append); the new size and state.
     Stored {
-        /// Size after.
+        /// The stream's size once this append is stored.
         size: u64,
-        /// State after.
+        /// Its state then: `capped` when this append reached the cap.
         state: StreamState,
         /// Bytes that did not fit under the cap (the stream is now capped).
         dropped: u64,

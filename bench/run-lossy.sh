@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Capped 100 KB reads of random bytes (every page is lossy: invalid UTF-8 replaced, control
+# bytes escaped) against the same reads of a text log, interleaved on one server, 16
+# connections, with the server's CPU time per request. The issue's bar: lossy within 2× of text.
+# Usage: bench/run-lossy.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p spillway-server -p spillway-bench
+work=${BENCH_DIR:-/tmp/spillway-bench-lossy}
+rm -rf "$work" && mkdir -p "$work"
+load=target/release/spillway-load
+SPILLWAY_DATA_DIR="$work/spw" SPILLWAY_LISTEN=127.0.0.1:17747 RUST_LOG=warn \
+  "${SPILLWAY_SERVER_BIN:-target/release/spillway-server}" &
+spw=$!
+trap 'kill $spw 2>/dev/null; wait 2>/dev/null' EXIT
+for _ in $(seq 100); do
+  [ -f "$work/spw/token" ] && curl -s -o /dev/null http://127.0.0.1:17747/healthz && break
+  sleep 0.1
+done
+export SPILLWAY_TOKEN=$(cat "$work/spw/token")
+S="$load --target spillway --url http://127.0.0.1:17747"
+text=$($S seed --size 1300000 --lines)
+binary=$($S seed --size 50000000)
+ticks() { awk '{print $14 + $15}' "/proc/$spw/stat"; }
+run() { # label, name
+  local before; before=$(ticks)
+  local line; line=$($S --concurrency 16 --label "$1" range --name "$2" --size 50000000 --secs 10)
+  python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['server_cpu_us_per_req']=round(int(sys.argv[2])*1e6/int(sys.argv[3])/r['requests'],1); print(json.dumps(r))" \
+    "$line" "$(( $(ticks) - before ))" "$(getconf CLK_TCK)"
+}
+for round in 1 2 3; do
+  run "text capped 100 KB read r$round" "$text"
+  run "random bytes capped 100 KB read r$round" "$binary"
+done
