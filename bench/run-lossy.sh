@@ -5,19 +5,13 @@
 # Usage: bench/run-lossy.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/common.sh
+. bench/common.sh
 cargo build --release -q -p spillway-server -p spillway-bench
 work=${BENCH_DIR:-/tmp/spillway-bench-lossy}
 rm -rf "$work" && mkdir -p "$work"
 load=target/release/spillway-load
-SPILLWAY_DATA_DIR="$work/spw" SPILLWAY_LISTEN=127.0.0.1:17747 RUST_LOG=warn \
-  "${SPILLWAY_SERVER_BIN:-target/release/spillway-server}" &
-spw=$!
-trap 'kill $spw 2>/dev/null; wait 2>/dev/null' EXIT
-for _ in $(seq 100); do
-  [ -f "$work/spw/token" ] && curl -s -o /dev/null http://127.0.0.1:17747/healthz && break
-  sleep 0.1
-done
-export SPILLWAY_TOKEN=$(cat "$work/spw/token")
+start_spillway "$work/spw" 17747
 S="$load --target spillway --url http://127.0.0.1:17747"
 text=$($S seed --size 1300000 --lines)
 binary=$($S seed --size 50000000)

@@ -7,19 +7,14 @@
 # Usage: bench/run-memory.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/common.sh
+. bench/common.sh
 cargo build --release -q -p spillway-server -p spillway-bench
 work=${BENCH_DIR:-/tmp/spillway-bench-memory}
 rm -rf "$work" && mkdir -p "$work"
 load=target/release/spillway-load
-SPILLWAY_DATA_DIR="$work/spw" SPILLWAY_LISTEN=127.0.0.1:17746 SPILLWAY_MAX_CONNECTIONS=4096 RUST_LOG=warn \
-  "${SPILLWAY_SERVER_BIN:-target/release/spillway-server}" &
-spw=$!
-trap 'kill $spw 2>/dev/null; wait 2>/dev/null' EXIT
-for _ in $(seq 100); do
-  [ -f "$work/spw/token" ] && curl -s -o /dev/null http://127.0.0.1:17746/healthz && break
-  sleep 0.1
-done
-export SPILLWAY_TOKEN=$(cat "$work/spw/token")
+export SPILLWAY_MAX_CONNECTIONS=4096
+start_spillway "$work/spw" 17746
 kb() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$spw/status"; }
 S="$load --target spillway --url http://127.0.0.1:17746"
 log=$($S seed --size 1300000 --lines)

@@ -1,0 +1,17 @@
+# Sourced by the bench scripts: one release spillway-server on loopback, started and ready.
+# start_spillway DIR PORT: starts the server (SPILLWAY_SERVER_BIN, or this tree's release build)
+# with its data in DIR, waits until it answers and has written its first token, exports
+# SPILLWAY_TOKEN and sets spw to its pid; the server is stopped when the script exits.
+start_spillway() {
+  local dir=$1 port=$2
+  SPILLWAY_DATA_DIR="$dir" SPILLWAY_LISTEN=127.0.0.1:$port RUST_LOG=warn \
+    "${SPILLWAY_SERVER_BIN:-target/release/spillway-server}" &
+  spw=$!
+  trap 'kill $spw 2>/dev/null; wait 2>/dev/null' EXIT
+  for _ in $(seq 100); do
+    [ -f "$dir/token" ] && curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break
+    sleep 0.1
+  done
+  SPILLWAY_TOKEN=$(cat "$dir/token")
+  export SPILLWAY_TOKEN
+}
