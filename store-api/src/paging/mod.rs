@@ -108,32 +108,130 @@ pub fn to_content(raw: &[u8]) -> Content {
             return Content { text: s.to_owned(), used: raw.len(), lossy: false, cut: false };
         }
     }
-    let mut text = String::with_capacity(raw.len().min(READ_CAP));
-    let (mut used, mut lossy) = (0usize, false);
-    for chunk in raw.utf8_chunks() {
-        let valid = chunk.valid();
-        let room = READ_CAP - text.len();
-        if valid.len() > room {
-            let mut cut = room;
-            while !valid.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.push_str(&valid[..cut]);
-            return Content { text, used: used + cut, lossy, cut: true };
-        }
-        text.push_str(valid);
-        used += valid.len();
-        let invalid = chunk.invalid();
-        if !invalid.is_empty() {
-            if READ_CAP - text.len() < char::REPLACEMENT_CHARACTER.len_utf8() {
-                return Content { text, used, lossy, cut: true };
-            }
-            text.push(char::REPLACEMENT_CHARACTER);
-            used += invalid.len();
-            lossy = true;
-        }
+    lossy_content(raw)
+}
+
+/// What one byte becomes when it is a character by itself (ASCII: 1 byte out) or cannot start
+/// one (a stray continuation byte, `C0`, `C1`, `F5`–`FF`: U+FFFD, 3 bytes out); 0 for a lead
+/// byte, whose sequence is checked with the bytes after it.
+const ONE_BYTE_OUT: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = if b < 0x80 {
+            1
+        } else if b >= 0xC2 && b <= 0xF4 {
+            0
+        } else {
+            3
+        };
+        b += 1;
     }
-    Content { text, used, lossy, cut: false }
+    t
+};
+
+/// The bytes written for a byte of [`ONE_BYTE_OUT`] 1 or 3.
+const ONE_BYTE_TEXT: [[u8; 3]; 256] = {
+    let mut t = [[0u8; 3]; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = if b < 0x80 { [b as u8, 0, 0] } else { REPLACEMENT };
+        b += 1;
+    }
+    t
+};
+
+const REPLACEMENT: [u8; 3] = [0xEF, 0xBF, 0xBD];
+
+/// For a lead byte (`C2`–`F4`): its sequence's length, and the range its second byte must be
+/// in (Table 3-7 of the Unicode standard: no overlongs, no surrogates, nothing past U+10FFFF).
+const LEAD: [[u8; 3]; 256] = {
+    let mut t = [[1u8, 0x80, 0xBF]; 256];
+    let mut b = 0xC2;
+    while b <= 0xF4 {
+        let width = if b < 0xE0 {
+            2
+        } else if b < 0xF0 {
+            3
+        } else {
+            4
+        };
+        let (lo, hi) = match b {
+            0xE0 => (0xA0, 0xBF),
+            0xED => (0x80, 0x9F),
+            0xF0 => (0x90, 0xBF),
+            0xF4 => (0x80, 0x8F),
+            _ => (0x80, 0xBF),
+        };
+        t[b] = [width, lo, hi];
+        b += 1;
+    }
+    t
+};
+
+/// [`to_content`] of bytes that are not all UTF-8: what `String::from_utf8_lossy` gives (one
+/// U+FFFD for each maximal ill-formed subpart, as Unicode and std define it), cut at the cap.
+/// Random bytes are the case this is shaped for (an agent `cat`s a binary): std's `Utf8Chunks`
+/// branches on every byte, and on random data those branches are unpredictable; here the two
+/// commonest kinds of byte go through tables without a branch, and only lead bytes are decoded.
+fn lossy_content(raw: &[u8]) -> Content {
+    // Three bytes of slack: a table row is written whole, then the length advances.
+    let mut out = vec![0u8; READ_CAP + 3];
+    // Text up to the first bad byte (or text over the cap) is copied as it is, validated at
+    // the vectorised validator's pace.
+    let valid = match std::str::from_utf8(raw) {
+        Ok(s) => s,
+        Err(e) => std::str::from_utf8(&raw[..e.valid_up_to()]).expect("valid up to there"),
+    };
+    if valid.len() > READ_CAP {
+        let mut cut = READ_CAP;
+        while !valid.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        return Content { text: valid[..cut].to_owned(), used: cut, lossy: false, cut: true };
+    }
+    out[..valid.len()].copy_from_slice(valid.as_bytes());
+    let (mut i, mut o, mut lossy) = (valid.len(), valid.len(), false);
+    let cut = loop {
+        let Some(&b) = raw.get(i) else {
+            break false;
+        };
+        let len = usize::from(ONE_BYTE_OUT[usize::from(b)]);
+        if len != 0 {
+            if o + len > READ_CAP {
+                break true;
+            }
+            out[o..o + 3].copy_from_slice(&ONE_BYTE_TEXT[usize::from(b)]);
+            o += len;
+            lossy |= len == 3;
+            i += 1;
+            continue;
+        }
+        // A lead byte: the longest well-formed prefix of its sequence is the whole character,
+        // or what one U+FFFD replaces (the second byte's range depends on the lead, Table 3-7
+        // of the Unicode standard).
+        let [width, lo, hi] = LEAD[usize::from(b)];
+        let width = usize::from(width);
+        let mut seen = 1;
+        if raw.get(i + 1).is_some_and(|c| (lo..=hi).contains(c)) {
+            seen = 2;
+            while seen < width && raw.get(i + seen).is_some_and(|c| (0x80..=0xBF).contains(c)) {
+                seen += 1;
+            }
+        }
+        let piece = if seen == width { &raw[i..i + width] } else { &REPLACEMENT[..] };
+        if o + piece.len() > READ_CAP {
+            break true;
+        }
+        out[o..o + piece.len()].copy_from_slice(piece);
+        o += piece.len();
+        lossy |= seen != width;
+        i += seen;
+    };
+    out.truncate(o);
+    // Only whole characters and U+FFFD were written; checked again, by the vectorised validator.
+    let text = simdutf8::basic::from_utf8(&out).expect("the lossy decoder writes only whole characters").to_owned();
+    Content { text, used: i, lossy, cut }
 }
 
 fn char_width(lead: u8) -> usize {
@@ -795,6 +893,80 @@ mod tests {
                 match p.next_offset {
                     Some(n) => { prop_assert_eq!(n, off + p.length); prop_assert!(n > off); off = n }
                     None => { prop_assert!(p.eof); prop_assert_eq!(off + p.length, data.len() as u64); break }
+                }
+            }
+        }
+    }
+
+    /// The content of `raw` as std's `Utf8Chunks` defines it, cut at the cap: the oracle of
+    /// the table-driven decoder.
+    fn content_by_chunks(raw: &[u8]) -> Content {
+        let mut text = String::new();
+        let (mut used, mut lossy) = (0usize, false);
+        for chunk in raw.utf8_chunks() {
+            let valid = chunk.valid();
+            let room = READ_CAP - text.len();
+            if valid.len() > room {
+                let mut cut = room;
+                while !valid.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                text.push_str(&valid[..cut]);
+                return Content { text, used: used + cut, lossy, cut: true };
+            }
+            text.push_str(valid);
+            used += valid.len();
+            if !chunk.invalid().is_empty() {
+                if READ_CAP - text.len() < 3 {
+                    return Content { text, used, lossy, cut: true };
+                }
+                text.push(char::REPLACEMENT_CHARACTER);
+                used += chunk.invalid().len();
+                lossy = true;
+            }
+        }
+        Content { text, used, lossy, cut: false }
+    }
+
+    /// Bytes near UTF-8's edges: every lead byte with every kind of follower, truncated
+    /// sequences, surrogates, overlongs, and long runs that reach the cap.
+    fn utf8_edges() -> impl Strategy<Value = Vec<u8>> {
+        let byte = prop_oneof![
+            4 => any::<u8>(),
+            2 => 0x80u8..=0xBF,
+            2 => 0xC0u8..=0xFF,
+            1 => Just(b'\n'),
+        ];
+        let piece = prop_oneof![
+            6 => proptest::collection::vec(byte, 0..12),
+            2 => "\\PC{0,8}".prop_map(String::into_bytes),
+            1 => (READ_CAP - 8..READ_CAP + 8, prop_oneof![Just(b'a'), Just(0xFFu8), Just(0xE2u8)])
+                .prop_map(|(n, b)| vec![b; n]),
+            1 => (READ_CAP / 3 - 4..READ_CAP / 3 + 4).prop_map(|n| "€".repeat(n).into_bytes()),
+        ];
+        proptest::collection::vec(piece, 0..40).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(crate::test_cases(512)))]
+        /// The table-driven decoder answers exactly what std's lossy decoding does: the same
+        /// text, the same bytes used, the same flags, for any bytes, at and around the cap.
+        #[test]
+        fn content_matches_std_lossy_decoding(raw in utf8_edges()) {
+            let (got, want) = (to_content(&raw), content_by_chunks(&raw));
+            prop_assert_eq!(&got.text, &want.text);
+            prop_assert_eq!((got.used, got.lossy, got.cut), (want.used, want.lossy, want.cut));
+        }
+    }
+
+    #[test]
+    fn every_two_and_three_byte_sequence_decodes_as_std_does() {
+        for a in 0..=255u8 {
+            for b in 0..=255u8 {
+                for tail in [&[][..], &[0x80][..], &[0xBF, 0x80][..], &[b'x'][..]] {
+                    let raw = [&[a, b][..], tail].concat();
+                    let (got, want) = (to_content(&raw), content_by_chunks(&raw));
+                    assert_eq!((got.text, got.used, got.lossy), (want.text, want.used, want.lossy), "{raw:x?}");
                 }
             }
         }
