@@ -6,8 +6,102 @@ use serde::{Deserialize, Serialize};
 
 use crate::Digest;
 
-/// Labels of a reference or stream: `label.<key>=<value>` on the wire.
-pub type Labels = BTreeMap<String, String>;
+/// Labels of a reference or stream (`label.<key>=<value>` on the wire): at most
+/// [`MAX_LABELS`](crate::MAX_LABELS), keys `[a-z0-9_.-]{1,64}`, values at most
+/// [`MAX_LABEL_VALUE`](crate::MAX_LABEL_VALUE) bytes. Checked as each label is added, and when
+/// read from JSON, so a `Labels` value always holds to the rule.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Labels(BTreeMap<String, String>);
+
+/// A label that breaks the rule; the message names it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    /// A key outside `[a-z0-9_.-]{1,64}`.
+    #[error("invalid label key {0:?}: use [a-z0-9_.-]{{1,64}}")]
+    Key(String),
+    /// A value over the limit.
+    #[error("label {0} is {1} bytes; the most is {max}", max = crate::MAX_LABEL_VALUE)]
+    Value(String, usize),
+    /// The same key twice.
+    #[error("label {0} is given twice")]
+    Twice(String),
+    /// More labels than the limit.
+    #[error("at most {max} labels", max = crate::MAX_LABELS)]
+    TooMany,
+}
+
+impl Labels {
+    /// No labels.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a label, or says which rule it breaks (and adds nothing).
+    pub fn insert(&mut self, key: &str, value: String) -> Result<(), LabelError> {
+        if !crate::valid_label_key(key) {
+            return Err(LabelError::Key(key.chars().take(80).collect()));
+        }
+        if value.len() > crate::MAX_LABEL_VALUE {
+            return Err(LabelError::Value(key.to_owned(), value.len()));
+        }
+        if self.0.contains_key(key) {
+            return Err(LabelError::Twice(key.to_owned()));
+        }
+        if self.0.len() == crate::MAX_LABELS {
+            return Err(LabelError::TooMany);
+        }
+        self.0.insert(key.to_owned(), value);
+        Ok(())
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    /// The labels in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// `labels["key"]`, as on a map: panics when there is no such label.
+impl std::ops::Index<&str> for Labels {
+    type Output = String;
+    fn index(&self, key: &str) -> &String {
+        &self.0[key]
+    }
+}
+
+impl<'a> IntoIterator for &'a Labels {
+    type Item = (&'a String, &'a String);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, String>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<'de> Deserialize<'de> for Labels {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let map = BTreeMap::<String, String>::deserialize(d)?;
+        let mut labels = Labels::new();
+        for (k, v) in map {
+            labels.insert(&k, v).map_err(serde::de::Error::custom)?;
+        }
+        Ok(labels)
+    }
+}
 
 /// What an upload or a seal answers: the blob as this namespace now holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,6 +289,7 @@ pub struct RefEntry {
     #[serde(default)]
     pub lines: u64,
     /// The reference's labels.
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, String>))]
     pub labels: Labels,
     /// RFC 3339.
     pub created_at: String,
@@ -267,4 +362,31 @@ where
         .and_then(|w| T::try_from(w).ok())
         .map(Some)
         .ok_or_else(|| D::Error::custom(format!("expected a whole number in range, got {n}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_hold_to_their_rule() {
+        let mut l = Labels::new();
+        l.insert("tool", "bash".into()).unwrap();
+        assert_eq!(l.insert("tool", "x".into()), Err(LabelError::Twice("tool".into())));
+        assert!(matches!(l.insert("Tool", "x".into()), Err(LabelError::Key(_))));
+        assert!(l.insert(&"k".repeat(64), "v".repeat(crate::MAX_LABEL_VALUE)).is_ok());
+        assert!(matches!(l.insert(&"k".repeat(65), "v".into()), Err(LabelError::Key(_))));
+        assert_eq!(l.insert("long", "v".repeat(257)), Err(LabelError::Value("long".into(), 257)));
+        for i in l.len()..crate::MAX_LABELS {
+            l.insert(&format!("k{i}"), String::new()).unwrap();
+        }
+        assert_eq!(l.insert("one.more", String::new()), Err(LabelError::TooMany));
+        assert_eq!(l.len(), crate::MAX_LABELS, "a refused label adds nothing");
+        assert_eq!(l["tool"], "bash");
+        let json = serde_json::to_string(&l).unwrap();
+        assert_eq!(serde_json::from_str::<Labels>(&json).unwrap(), l);
+        assert!(serde_json::from_str::<Labels>(r#"{"Bad Key": "v"}"#).is_err());
+        assert_eq!(LabelError::TooMany.to_string(), "at most 16 labels");
+        assert_eq!(LabelError::Value("k".into(), 300).to_string(), "label k is 300 bytes; the most is 256");
+    }
 }

@@ -4,6 +4,8 @@
 //! to a blob in state `live` in the same transaction that clears `unreferenced_since`; the
 //! retention claim requires that column to be set, so the two can never both win.
 
+use std::collections::BTreeMap;
+
 use spillway_api::{Digest, Labels, Namespace, Sha256Digest};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
@@ -335,7 +337,7 @@ impl Db {
     pub async fn list_refs(
         &self,
         ns: &Namespace,
-        filter: &Labels,
+        filter: &BTreeMap<String, String>,
         before_id: Option<i64>,
         limit: u32,
         now: i64,

@@ -4,7 +4,7 @@
 use axum::extract::{FromRequestParts, Query};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
-use spillway_api::{AnyDigest, Labels, MAX_LABELS, MAX_LABEL_VALUE};
+use spillway_api::{AnyDigest, Labels};
 
 use crate::error::ApiError;
 
@@ -75,23 +75,7 @@ impl RefOptions {
         let mut out = Self::default();
         for (k, v) in pairs {
             if let Some(key) = k.strip_prefix("label.") {
-                if !spillway_api::valid_label_key(key) {
-                    return Err(ApiError::InvalidArgument(format!(
-                        "invalid label key {key:?}: use [a-z0-9_.-]{{1,64}}"
-                    )));
-                }
-                if v.len() > MAX_LABEL_VALUE {
-                    return Err(ApiError::InvalidArgument(format!(
-                        "label {key} is {} bytes; the most is {MAX_LABEL_VALUE}",
-                        v.len()
-                    )));
-                }
-                if out.labels.insert(key.to_owned(), v).is_some() {
-                    return Err(ApiError::InvalidArgument(format!("label {key} is given twice")));
-                }
-                if out.labels.len() > MAX_LABELS {
-                    return Err(ApiError::InvalidArgument(format!("at most {MAX_LABELS} labels")));
-                }
+                out.labels.insert(key, v).map_err(|e| ApiError::InvalidArgument(e.to_string()))?;
             } else if k == "ttl" {
                 let ttl = parse_u64("ttl", &v)?;
                 if ttl == 0 {

@@ -2,7 +2,9 @@
 
 use axum::extract::State;
 use axum::Json;
-use spillway_api::{Labels, RefEntry, RefList};
+use std::collections::BTreeMap;
+
+use spillway_api::{RefEntry, RefList};
 
 use super::extract::Q;
 use crate::auth::{Caller, Scope};
@@ -21,7 +23,8 @@ pub(super) async fn list_refs(
     Q(pairs): Q<Vec<(String, String)>>,
 ) -> ApiResult<Json<RefList>> {
     caller.require(Scope::Read)?;
-    let mut filter = Labels::new();
+    // A filter is not a label set: any number of pairs, any value length; keys are checked.
+    let mut filter = BTreeMap::new();
     let mut limit = DEFAULT_LIMIT;
     let mut cursor = None;
     for (k, v) in pairs {
