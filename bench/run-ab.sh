@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Two builds of spillway-server side by side on the read path, interleaved in one run:
-# capped 100 KB reads at random offsets (16 connections) and line pages at line 1 and 999,000.
-# Usage: bench/run-ab.sh BASE_BINARY   (e.g. a release build of an earlier commit)
+# Two builds of spillway-server side by side, interleaved in one run, with each server's CPU per
+# request. `read` (the default): capped 100 KB reads at random offsets (16 connections) and line
+# pages at line 1 and 999,000. `put`: uploads of 1 MiB (sequential) and 16 MiB (8 connections).
+# Usage: bench/run-ab.sh BASE_BINARY [read|put]   (BASE: e.g. a release build of an earlier commit)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=$1
+mode=${2:-read}
 cargo build --release -q -p spillway-server -p spillway-bench
 work=${BENCH_DIR:-/tmp/spillway-bench-ab}
 rm -rf "$work" && mkdir -p "$work"
@@ -33,6 +35,18 @@ run() { # name, port, op args...: the load generator's JSON line, plus the serve
   python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['server_cpu_us_per_req']=round(int(sys.argv[2])*1e6/int(sys.argv[3])/r['requests'],1); print(json.dumps(r))" \
     "$line" "$used" "$(getconf CLK_TCK)" | tee -a "$out"
 }
+if [ "$mode" = put ]; then
+  for round in $(seq 1 "${ROUNDS:-3}"); do
+    for name in base head; do
+      port=$([ $name = base ] && echo 17801 || echo 17802)
+      sync
+      run $name "$port" --label "$name PUT 1 MiB sequential r$round" put --size 1048576 --count 300
+      sync
+      run $name "$port" --concurrency 8 --label "$name PUT 16 MiB 8 concurrent r$round" put --size 16777216 --count 48
+    done
+  done
+  exit 0
+fi
 seed() { SPILLWAY_TOKEN=$(cat "$work/$1/token") $load --target spillway --url "http://127.0.0.1:$2" seed "${@:3}"; }
 la=$(seed base 17801 --size 1300000 --lines); lb=$(seed head 17802 --size 1300000 --lines)
 ma=$(seed base 17801 --size 1000000 --lines); mb=$(seed head 17802 --size 1000000 --lines)

@@ -2,14 +2,14 @@
 # Side-by-side benchmarks on loopback: spillway-server (embedded default: SQLite + local disk,
 # every upload hashed, verified and fsynced) against nginx serving files with WebDAV PUT.
 # Prints one JSON line per run and, at the end, a markdown table of ratios.
-# Usage: bench/run.sh [quick]        (needs nginx: apt-get install nginx)
+# Usage: bench/run.sh [quick|put]    (needs nginx: apt-get install nginx; `put`: the PUT rows only)
 #        SPILLWAY_SERVER_BIN=path bench/run.sh   runs another build of the server (before/after)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=${1:-}
 cargo build --release -q -p spillway-server -p spillway-bench
 work=${BENCH_DIR:-/tmp/spillway-bench}
-rm -rf "$work" && mkdir -p "$work/nginx/root/dav" "$work/nginx/tmp"
+rm -rf "$work" && mkdir -p "$work/nginx/root/dav" "$work/nginx/tmp" "$work/disk"
 load=target/release/spillway-load
 
 cat > "$work/nginx/nginx.conf" <<CONF
@@ -46,6 +46,7 @@ done
 export SPILLWAY_TOKEN=$(cat "$work/spw/token")
 S="$load --target spillway --url http://127.0.0.1:17745"
 N="$load --target nginx --url http://127.0.0.1:18080/dav"
+D="$load --target disk --url $work/disk" # the disk's durable speed: write + fsync per file, as dd conv=fsync
 out="$work/results.jsonl"
 : > "$out"
 pair() { # label, concurrency, op args...
@@ -54,6 +55,11 @@ pair() { # label, concurrency, op args...
   $S --concurrency "$c" --label "spillway $label" "$@" | tee -a "$out"
   sync
   $N --concurrency "$c" --label "nginx $label" "$@" | tee -a "$out"
+  if [ "$1" = put ] && [ "$3" -ge 1048576 ]; then # large PUTs: also the disk's own durable pace
+    sync
+    $D --concurrency "$c" --label "disk $label" "$@" | tee -a "$out"
+    rm -f "$work"/disk/*
+  fi
 }
 n1=200; n16=24; n4=5000; secs=10; gets=20
 [ "$quick" = quick ] && { n1=40; n16=8; n4=1000; secs=3; gets=5; }
@@ -62,6 +68,7 @@ pair "PUT 1 MiB 8 concurrent" 8 put --size 1048576 --count $((n1 * 2))
 pair "PUT 16 MiB sequential" 1 put --size 16777216 --count $n16
 pair "PUT 16 MiB 8 concurrent" 8 put --size 16777216 --count $((n16 * 2))
 pair "PUT 4 KiB 16 connections" 16 put --size 4096 --count $n4
+[ "$quick" = put ] && { python3 bench/table.py "$out"; exit 0; }
 # A 50 MiB log (text, 1.3M lines), the kind of blob the read API pages through.
 sd=$($S seed --size 1300000 --lines); sn=$($N seed --size 1300000 --lines)
 $S --concurrency 16 --label "spillway capped 100 KB read, 16 connections" range --name "$sd" --size 50000000 --secs $secs | tee -a "$out"

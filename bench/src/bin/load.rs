@@ -36,6 +36,9 @@ enum Target {
     Nginx,
     /// Straight to an S3 server (`--url` is the bucket; endpoint and keys from `AWS_*`).
     S3,
+    /// The disk's own durable write speed (`put` only): each body written to a new file in the
+    /// directory `--url` and fsynced before the next, as `dd conv=fsync` does.
+    Disk,
 }
 
 #[derive(Subcommand)]
@@ -114,9 +117,20 @@ impl Ctx {
             s3.put(&object_store::path::Path::from(name), body.into()).await?;
             return Ok(name.to_owned());
         }
+        if self.target == Target::Disk {
+            let path = std::path::Path::new(&self.url).join(name);
+            tokio::task::spawn_blocking(move || {
+                use std::io::Write;
+                let mut f = std::fs::File::create(path)?;
+                f.write_all(&body)?;
+                f.sync_all()
+            })
+            .await??;
+            return Ok(name.to_owned());
+        }
         let r = match self.target {
             Target::Spillway => self.auth(self.http.post(format!("{}/v1/blobs", self.url))),
-            Target::Nginx | Target::S3 => self.http.put(format!("{}/{name}", self.url)),
+            Target::Nginx | Target::S3 | Target::Disk => self.http.put(format!("{}/{name}", self.url)),
         };
         let resp = r.body(body).send().await?;
         anyhow::ensure!(resp.status().is_success(), "PUT {}", resp.status());
@@ -124,7 +138,7 @@ impl Ctx {
             Target::Spillway => {
                 resp.json::<serde_json::Value>().await?["digest"].as_str().unwrap_or_default().to_owned()
             }
-            Target::Nginx | Target::S3 => {
+            Target::Nginx | Target::S3 | Target::Disk => {
                 resp.bytes().await?;
                 name.to_owned()
             }
@@ -141,7 +155,7 @@ impl Ctx {
                 let url = format!("{}/v1/blobs/{name}/read?offset={offset}&limit={len}", self.url);
                 self.auth(self.http.get(url)).send().await?
             }
-            Target::Nginx | Target::S3 => {
+            Target::Nginx | Target::S3 | Target::Disk => {
                 let range = format!("bytes={offset}-{}", offset + len - 1);
                 self.http.get(format!("{}/{name}", self.url)).header("Range", range).send().await?
             }
@@ -160,7 +174,7 @@ impl Ctx {
     async fn get(&self, name: &str) -> anyhow::Result<u64> {
         let url = match self.target {
             Target::Spillway => format!("{}/v1/blobs/{name}", self.url),
-            Target::Nginx | Target::S3 => format!("{}/{name}", self.url),
+            Target::Nginx | Target::S3 | Target::Disk => format!("{}/{name}", self.url),
         };
         let mut resp = self.auth(self.http.get(url)).send().await?;
         anyhow::ensure!(resp.status().is_success(), "get {}", resp.status());
