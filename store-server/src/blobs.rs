@@ -1,7 +1,8 @@
 //! `BlobStore`: blob bytes over `object_store`, keyed by digest. Uploads are hashed (BLAKE3 on
 //! the receiving task, SHA-256 on a blocking thread once the body is large) while they are
-//! written to a unique temporary location; they are published under the content key only
-//! after the digest matches, and on local disk only after file and directory are fsynced.
+//! written to a unique temporary location (on local disk by a [`Spool`] thread, which starts
+//! the writeback while the body arrives); they are published under the content key only after
+//! the digest matches, and on local disk only after file and directory are fsynced.
 
 use std::ops::Range;
 use std::path::{Path as FsPath, PathBuf};
@@ -23,13 +24,13 @@ use url::Url;
 use spillway_api::paging::lines::{LineIndex, LineIndexBuilder};
 
 use crate::clock::{Clock, SystemClock};
+use crate::spool::Spool;
 
 /// Blobs up to this size are stored inline in their metadata row: one group commit makes
 /// them durable, with no file and no fsync of their own.
 pub const INLINE_MAX: usize = 16 << 10;
 /// Above this many bytes SHA-256 moves to its own thread, off the receiving task.
 const SHA_INLINE_LIMIT: u64 = 256 << 10;
-const LOCAL_WRITE_BUFFER: usize = 1 << 20;
 
 /// A failure's cause, kept for the log.
 pub type Cause = Box<dyn std::error::Error + Send + Sync>;
@@ -192,26 +193,26 @@ impl Staged {
     }
 }
 
+#[expect(clippy::large_enum_variant, reason = "a Sink is only ever held boxed (Held::Spilled)")]
 enum Sink {
-    Local(tokio::io::BufWriter<tokio::fs::File>),
+    Local(Spool),
     Object(object_store::buffered::BufWriter),
 }
 
 impl Sink {
-    async fn write(&mut self, data: &[u8]) -> Result<(), BlobError> {
+    async fn write(&mut self, data: Bytes) -> Result<(), BlobError> {
         match self {
-            Self::Local(f) => f.write_all(data).await?,
-            Self::Object(w) => w.write_all(data).await?,
+            Self::Local(f) => f.write(data).await?,
+            Self::Object(w) => w.put(data).await?,
         }
         Ok(())
     }
 
-    /// Makes the bytes durable (local: fsync) or complete (object store upload).
+    /// Makes the bytes durable (local: fdatasync) or complete (object store upload).
     async fn finish(self) -> Result<(), BlobError> {
         match self {
-            Self::Local(mut f) => {
-                f.flush().await?;
-                f.into_inner().sync_all().await?;
+            Self::Local(f) => {
+                f.finish().await?;
             }
             Self::Object(mut w) => w.shutdown().await?,
         }
@@ -219,8 +220,11 @@ impl Sink {
     }
 
     async fn abort(self) {
-        if let Self::Object(mut w) = self {
-            let _ = w.abort().await;
+        match self {
+            Self::Local(f) => f.abort().await,
+            Self::Object(mut w) => {
+                let _ = w.abort().await;
+            }
         }
     }
 }
@@ -398,16 +402,14 @@ impl BlobStore {
     }
 
     /// Opens the temporary location of a body that outgrew [`INLINE_MAX`].
-    async fn open_sink(&self, size_hint: Option<u64>) -> Result<(Sink, TmpGuard), BlobError> {
+    async fn open_sink(&self) -> Result<(Sink, TmpGuard), BlobError> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let guard = |tmp| TmpGuard { tmp, store: self.store.clone() };
         Ok(match &self.local_root {
             Some(root) => {
                 let path = root.join("tmp").join(&id);
-                let file = tokio::fs::File::create(&path).await?;
-                let capacity =
-                    size_hint.map_or(LOCAL_WRITE_BUFFER, |n| (n as usize).clamp(64 << 10, LOCAL_WRITE_BUFFER));
-                (Sink::Local(tokio::io::BufWriter::with_capacity(capacity, file)), guard(Tmp::Local(path)))
+                let spool = Spool::create(&path).await?;
+                (Sink::Local(spool), guard(Tmp::Local(path)))
             }
             None => {
                 let path = Path::from(format!("tmp/{id}"));
@@ -430,7 +432,9 @@ impl BlobStore {
         let mut hasher = blake3::Hasher::new();
         let mut sha = ShaHasher::Inline(Sha256::new());
         let mut index = LineIndexBuilder::default();
-        let mut held = Held::Memory(BytesMut::new());
+        // A body announced small enough to be inline is held in one allocation.
+        let announced = size_hint.filter(|&n| n <= INLINE_MAX as u64).unwrap_or(0) as usize;
+        let mut held = Held::Memory(BytesMut::with_capacity(announced));
         let received: Result<(), BlobError> = async {
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(|e| BlobError::Body(e.to_string()))?;
@@ -439,7 +443,7 @@ impl BlobStore {
                 }
                 hasher.update(&chunk);
                 index.update(&chunk);
-                self.keep(&mut held, &chunk, size_hint).await?;
+                self.keep(&mut held, &chunk).await?;
                 sha.update(chunk, index.size()).await;
             }
             Ok(())
@@ -465,18 +469,18 @@ impl BlobStore {
 
     /// Keeps a chunk: in memory while the body fits the inline limit, then in a temporary
     /// file or object (what memory held goes there first).
-    async fn keep(&self, held: &mut Held, chunk: &Bytes, size_hint: Option<u64>) -> Result<(), BlobError> {
+    async fn keep(&self, held: &mut Held, chunk: &Bytes) -> Result<(), BlobError> {
         match held {
-            Held::Spilled(sink, _) => sink.write(chunk).await,
+            Held::Spilled(sink, _) => sink.write(chunk.clone()).await,
             Held::Memory(memory) if memory.len() + chunk.len() <= INLINE_MAX => {
                 memory.extend_from_slice(chunk);
                 Ok(())
             }
             Held::Memory(memory) => {
-                let (mut sink, tmp) = self.open_sink(size_hint).await?;
-                let mut wrote = sink.write(memory).await;
+                let (mut sink, tmp) = self.open_sink().await?;
+                let mut wrote = sink.write(std::mem::take(memory).freeze()).await;
                 if wrote.is_ok() {
-                    wrote = sink.write(chunk).await;
+                    wrote = sink.write(chunk.clone()).await;
                 }
                 if let Err(e) = wrote {
                     sink.abort().await;

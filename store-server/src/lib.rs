@@ -15,6 +15,7 @@ pub mod reserve;
 pub mod retention;
 pub mod routes;
 pub mod server;
+mod spool;
 pub mod state;
 pub mod store;
 pub mod streams;
