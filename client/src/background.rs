@@ -77,21 +77,14 @@ pub fn describe_end(info: &spillway_api::StreamInfo) -> String {
 }
 
 /// Appends with retries: a retried append at the same offset is a no-op on the server.
+/// Failures the server answered are not retried; lost connections are, five times, waiting
+/// 100 ms, then twice as long each time.
 async fn append_retrying(client: &StoreClient, id: &str, offset: u64, data: Bytes) -> Result<u64> {
-    let mut wait = Duration::from_millis(100);
-    let mut attempt = 0;
-    loop {
-        match client.append(id, offset, data.clone()).await {
-            Ok(r) => return Ok(r.size),
-            Err(e @ ClientError::Api { .. }) => return Err(e),
-            Err(e) if attempt >= 5 => return Err(e),
-            Err(_) => {
-                attempt += 1;
-                tokio::time::sleep(wait).await;
-                wait *= 2;
-            }
-        }
-    }
+    use backon::Retryable;
+    let backoff = backon::ExponentialBuilder::default().with_min_delay(Duration::from_millis(100)).with_max_times(5);
+    let once = || async { client.append(id, offset, data.clone()).await };
+    let appended = once.retry(backoff).when(|e| !matches!(e, ClientError::Api { .. })).await?;
+    Ok(appended.size)
 }
 
 use crate::capture::signal_group as kill_group;

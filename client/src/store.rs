@@ -176,11 +176,22 @@ impl StoreClient {
         }
     }
 
-    /// Uploads bytes whose digest the client computes (`PUT`); the server verifies it.
+    /// Uploads bytes whose digest the client computes (`PUT`); the server verifies it. A
+    /// `503 unavailable` (the contract's "retry": e.g. a deletion of the same content raced the
+    /// upload) is retried twice, after ~100 and ~200 ms; a PUT of the same bytes is idempotent.
     pub async fn put(&self, data: Bytes, opts: &UploadOptions) -> Result<BlobRecord> {
+        use backon::Retryable;
         let digest = Digest::of(&data);
-        let resp = self.req(Method::PUT, &format!("/v1/blobs/{digest}")).query(&opts.query()).body(data).send().await?;
-        decode(resp).await
+        let path = format!("/v1/blobs/{digest}");
+        let once = || async {
+            let resp = self.req(Method::PUT, &path).query(&opts.query()).body(data.clone()).send().await?;
+            decode(resp).await
+        };
+        let backoff = backon::ExponentialBuilder::default()
+            .with_min_delay(std::time::Duration::from_millis(100))
+            .with_max_times(2)
+            .with_jitter();
+        once.retry(backoff).when(|e| matches!(e, ClientError::Api { status: 503, .. })).await
     }
 
     /// Uploads a body of unknown length and digest (`POST`), streamed.

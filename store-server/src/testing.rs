@@ -118,6 +118,16 @@ impl TestServer {
         }
     }
 
+    /// How many requests of `kind` (`copy`, `put`, `upload_part`, `create_multipart`,
+    /// `complete_multipart`, `abort_multipart`, `delete`) this server's bucket received from
+    /// it; always 0 on the local backend.
+    pub fn s3_requests(&self, kind: &str) -> u64 {
+        match self.state.config.blob_store.as_deref() {
+            Some(url) if url.starts_with("s3://") => crate::testing_backend::s3_requests(url, kind),
+            _ => 0,
+        }
+    }
+
     /// Makes the blob store fail from now on: on disk its directories become files, on S3 the
     /// bucket goes. For the tests of `503 unavailable`.
     pub fn break_blob_store(&self) {
@@ -128,6 +138,23 @@ impl TestServer {
                 for dir in ["tmp", "blobs"] {
                     let _ = std::fs::remove_dir_all(root.join(dir));
                     std::fs::write(root.join(dir), b"not a directory").expect("break the blob store");
+                }
+            }
+        }
+    }
+
+    /// Undoes [`TestServer::break_blob_store`]: empty directories (or an empty bucket) again.
+    pub fn repair_blob_store(&self) {
+        match self.state.config.blob_store.as_deref() {
+            Some(url) if url.starts_with("s3://") => crate::testing_backend::repair_bucket(url),
+            _ => {
+                let root = self.blob_dir();
+                for dir in ["tmp", "blobs"] {
+                    let _ = std::fs::remove_file(root.join(dir));
+                }
+                std::fs::create_dir_all(root.join("tmp")).expect("repair the blob store");
+                for i in 0..=255u8 {
+                    std::fs::create_dir_all(root.join("blobs").join(format!("{i:02x}"))).expect("repair");
                 }
             }
         }

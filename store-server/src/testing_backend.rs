@@ -3,7 +3,8 @@
 //! `SPILLWAY_TEST_DATABASE_URL`, and a fresh bucket on an S3 protocol server (`s3s` over
 //! `s3s-fs`) that this process runs on loopback.
 
-use std::sync::OnceLock;
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
 
 use sqlx::Connection;
 
@@ -47,13 +48,46 @@ fn s3_server() -> &'static S3Server {
     })
 }
 
+/// Requests the S3 server received, by bucket and by kind (see [`request_kind`]).
+static S3_REQUESTS: Mutex<BTreeMap<(String, &'static str), u64>> = Mutex::new(BTreeMap::new());
+
+/// What an S3 request (path-style) does, as far as the write path is concerned.
+fn request_kind<B>(req: &http::Request<B>) -> &'static str {
+    let query = req.uri().query().unwrap_or_default();
+    let has = |k: &str| query.split('&').any(|p| p.split('=').next() == Some(k));
+    match *req.method() {
+        http::Method::PUT if req.headers().contains_key("x-amz-copy-source") => "copy",
+        http::Method::PUT if has("partNumber") => "upload_part",
+        http::Method::PUT => "put",
+        http::Method::POST if has("uploads") => "create_multipart",
+        http::Method::POST if has("uploadId") => "complete_multipart",
+        http::Method::DELETE if has("uploadId") => "abort_multipart",
+        http::Method::DELETE => "delete",
+        _ => "other",
+    }
+}
+
+/// How many requests of `kind` the S3 server received for the bucket of an `s3://bucket/...`
+/// store.
+pub(crate) fn s3_requests(url: &str, kind: &str) -> u64 {
+    let bucket = url.trim_start_matches("s3://").split('/').next().unwrap_or_default();
+    let seen = S3_REQUESTS.lock().unwrap_or_else(|e| e.into_inner());
+    seen.iter().filter(|((b, k), _)| b == bucket && *k == kind).map(|(_, n)| n).sum()
+}
+
 /// Serves the S3 protocol over `root` on `listener` until the process ends.
 pub async fn serve_s3(listener: tokio::net::TcpListener, root: std::path::PathBuf) {
+    use hyper::service::Service;
     use hyper_util::rt::{TokioExecutor, TokioIo};
     let fs = s3s_fs::FileSystem::new(root).expect("s3s-fs");
     let mut b = s3s::service::S3ServiceBuilder::new(fs);
     b.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
-    let service = b.build();
+    let s3 = b.build();
+    let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let bucket = req.uri().path().trim_start_matches('/').split('/').next().unwrap_or_default().to_owned();
+        *S3_REQUESTS.lock().unwrap_or_else(|e| e.into_inner()).entry((bucket, request_kind(&req))).or_default() += 1;
+        Service::<http::Request<hyper::body::Incoming>>::call(&s3, req)
+    });
     let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     loop {
         let Ok((socket, _)) = listener.accept().await else { continue };
@@ -103,6 +137,15 @@ pub(crate) fn break_bucket(url: &str) {
     if let Some(s3) = S3.get() {
         let _ = std::fs::remove_dir_all(s3.root.join(bucket));
         std::fs::write(s3.root.join(bucket), b"not a bucket").expect("break the bucket");
+    }
+}
+
+/// Undoes [`break_bucket`]: the bucket exists again, empty.
+pub(crate) fn repair_bucket(url: &str) {
+    let bucket = url.trim_start_matches("s3://").split('/').next().unwrap_or_default();
+    if let Some(s3) = S3.get() {
+        let _ = std::fs::remove_file(s3.root.join(bucket));
+        std::fs::create_dir_all(s3.root.join(bucket)).expect("repair the bucket");
     }
 }
 
