@@ -24,6 +24,7 @@ use url::Url;
 use spillway_api::paging::lines::{LineIndex, LineIndexBuilder};
 
 use crate::clock::{Clock, SystemClock};
+use crate::direct::{Parts, Pending};
 use crate::spool::Spool;
 
 /// Blobs up to this size are stored inline in their metadata row: one group commit makes
@@ -53,6 +54,10 @@ pub enum BlobError {
     /// Any other storage failure.
     #[error("blob storage failed")]
     Storage(#[source] Cause),
+    /// Bytes written straight to their key were published, then removed by a deletion that
+    /// raced the upload: there is no copy left to publish again.
+    #[error("the upload's bytes were deleted while it was stored")]
+    Spent,
 }
 
 impl BlobError {
@@ -125,6 +130,8 @@ pub struct Staged {
 enum Tmp {
     Local(PathBuf),
     Object(Path),
+    /// Straight to the content key: an open multipart upload, completed by publication.
+    Direct(Path, Pending),
     Inline(Bytes),
 }
 
@@ -136,6 +143,7 @@ enum Held {
 
 /// Staged bytes under a temporary name, removed when the guard goes — on every path: a
 /// failed upload, a dropped request, a published one (its final name is a link or a copy).
+/// A direct upload not completed by then is aborted; a completed one is the blob and stays.
 struct TmpGuard {
     tmp: Tmp,
     store: Arc<dyn ObjectStore>,
@@ -158,6 +166,7 @@ impl TmpGuard {
             Tmp::Object(p) => {
                 let _ = self.store.delete(&p).await;
             }
+            Tmp::Direct(_, upload) => upload.abort().await,
             Tmp::Inline(_) => {}
         }
     }
@@ -178,6 +187,7 @@ impl Drop for TmpGuard {
                     });
                 }
             }
+            Tmp::Direct(_, upload) => upload.abort_later(),
             Tmp::Inline(_) => {}
         }
     }
@@ -193,10 +203,10 @@ impl Staged {
     }
 }
 
-#[expect(clippy::large_enum_variant, reason = "a Sink is only ever held boxed (Held::Spilled)")]
 enum Sink {
     Local(Spool),
     Object(object_store::buffered::BufWriter),
+    Direct(Parts),
 }
 
 impl Sink {
@@ -204,17 +214,20 @@ impl Sink {
         match self {
             Self::Local(f) => f.write(data).await?,
             Self::Object(w) => w.put(data).await?,
+            Self::Direct(p) => p.write(data).await?,
         }
         Ok(())
     }
 
-    /// Makes the bytes durable (local: fdatasync) or complete (object store upload).
+    /// Makes the bytes durable (local: fdatasync) or complete (object store upload; a direct
+    /// upload has all its parts stored, and is completed by publication).
     async fn finish(self) -> Result<(), BlobError> {
         match self {
             Self::Local(f) => {
                 f.finish().await?;
             }
             Self::Object(mut w) => w.shutdown().await?,
+            Self::Direct(p) => p.finish().await?,
         }
         Ok(())
     }
@@ -225,6 +238,7 @@ impl Sink {
             Self::Object(mut w) => {
                 let _ = w.abort().await;
             }
+            Self::Direct(p) => p.abort().await,
         }
     }
 }
@@ -401,8 +415,9 @@ impl BlobStore {
         }
     }
 
-    /// Opens the temporary location of a body that outgrew [`INLINE_MAX`].
-    async fn open_sink(&self) -> Result<(Sink, TmpGuard), BlobError> {
+    /// Opens the temporary location of a body that outgrew [`INLINE_MAX`]; on an object
+    /// store, with its digest announced, a multipart upload to its content key instead.
+    async fn open_sink(&self, announced: Option<Digest>) -> Result<(Sink, TmpGuard), BlobError> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let guard = |tmp| TmpGuard { tmp, store: self.store.clone() };
         Ok(match &self.local_root {
@@ -410,6 +425,11 @@ impl BlobStore {
                 let path = root.join("tmp").join(&id);
                 let spool = Spool::create(&path).await?;
                 (Sink::Local(spool), guard(Tmp::Local(path)))
+            }
+            None if announced.is_some() => {
+                let key = blob_key(&announced.expect("announced"));
+                let upload = Pending::new(self.store.put_multipart(&key).await?);
+                (Sink::Direct(Parts::new(upload.clone())), guard(Tmp::Direct(key, upload)))
             }
             None => {
                 let path = Path::from(format!("tmp/{id}"));
@@ -421,9 +441,16 @@ impl BlobStore {
 
     /// Receives a body while hashing it. A body of at most [`INLINE_MAX`] bytes stays in
     /// memory (it is stored inline with its metadata, in the same commit); a larger one goes
-    /// to a temporary location. Nothing is visible under a content key until
+    /// to a temporary location (on an object store, with `announced` the BLAKE3 digest the
+    /// caller promised, straight to that key). Nothing is visible under a content key until
     /// [`BlobStore::publish`]; the temporary copy goes when the `Staged` is dropped.
-    pub async fn stage<S, E>(&self, body: S, max: u64, size_hint: Option<u64>) -> Result<Staged, BlobError>
+    pub async fn stage<S, E>(
+        &self,
+        body: S,
+        max: u64,
+        size_hint: Option<u64>,
+        announced: Option<Digest>,
+    ) -> Result<Staged, BlobError>
     where
         S: Stream<Item = Result<Bytes, E>> + Send,
         E: std::fmt::Display,
@@ -433,8 +460,8 @@ impl BlobStore {
         let mut sha = ShaHasher::Inline(Sha256::new());
         let mut index = LineIndexBuilder::default();
         // A body announced small enough to be inline is held in one allocation.
-        let announced = size_hint.filter(|&n| n <= INLINE_MAX as u64).unwrap_or(0) as usize;
-        let mut held = Held::Memory(BytesMut::with_capacity(announced));
+        let small = size_hint.filter(|&n| n <= INLINE_MAX as u64).unwrap_or(0) as usize;
+        let mut held = Held::Memory(BytesMut::with_capacity(small));
         let received: Result<(), BlobError> = async {
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(|e| BlobError::Body(e.to_string()))?;
@@ -443,7 +470,7 @@ impl BlobStore {
                 }
                 hasher.update(&chunk);
                 index.update(&chunk);
-                self.keep(&mut held, &chunk).await?;
+                self.keep(&mut held, &chunk, announced).await?;
                 sha.update(chunk, index.size()).await;
             }
             Ok(())
@@ -469,7 +496,7 @@ impl BlobStore {
 
     /// Keeps a chunk: in memory while the body fits the inline limit, then in a temporary
     /// file or object (what memory held goes there first).
-    async fn keep(&self, held: &mut Held, chunk: &Bytes) -> Result<(), BlobError> {
+    async fn keep(&self, held: &mut Held, chunk: &Bytes, announced: Option<Digest>) -> Result<(), BlobError> {
         match held {
             Held::Spilled(sink, _) => sink.write(chunk.clone()).await,
             Held::Memory(memory) if memory.len() + chunk.len() <= INLINE_MAX => {
@@ -477,7 +504,7 @@ impl BlobStore {
                 Ok(())
             }
             Held::Memory(memory) => {
-                let (mut sink, tmp) = self.open_sink().await?;
+                let (mut sink, tmp) = self.open_sink(announced).await?;
                 let mut wrote = sink.write(std::mem::take(memory).freeze()).await;
                 if wrote.is_ok() {
                     wrote = sink.write(chunk.clone()).await;
@@ -537,10 +564,24 @@ impl BlobStore {
                 tokio::task::spawn_blocking(move || fsync_dir(&dir)).await??;
             }
             (Tmp::Object(tmp), _) => self.store.copy(tmp, &key).await?,
+            (Tmp::Direct(direct, upload), _) => {
+                // Completed once; asked again (a deletion of the same content raced this
+                // upload), there is nothing left to publish from unless the object is there.
+                if !upload.complete().await? && !self.exists(&staged.digest).await? {
+                    return Err(BlobError::Spent);
+                }
+                debug_assert_eq!(*direct, key);
+            }
             (Tmp::Inline(_), _) => {} // stored with the metadata row
             (Tmp::Local(_), None) => return Err(BlobError::storage("local staging without a root")),
         }
         Ok(())
+    }
+
+    /// Whether an upload whose digest is announced can be written straight to its content key
+    /// (object stores: a multipart upload, completed after verification).
+    pub fn writes_direct(&self) -> bool {
+        self.local_root.is_none()
     }
 
     /// Bytes `range` of a blob.

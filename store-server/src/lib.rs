@@ -8,6 +8,7 @@ pub mod blobs;
 pub mod clock;
 pub mod config;
 pub mod db;
+mod direct;
 pub mod error;
 pub mod json;
 pub mod listen;

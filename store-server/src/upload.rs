@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::Stream;
-use spillway_api::{AnyDigest, BlobRecord, Labels, Namespace, Sha256Digest};
+use spillway_api::{AnyDigest, BlobRecord, Digest, Labels, Namespace, Sha256Digest};
 use tracing::instrument;
 
-use crate::blobs::{BlobError, Staged};
+use crate::blobs::{BlobError, Staged, INLINE_MAX};
 use crate::clock::rfc3339;
 use crate::db::{AddRef, BlobRow, BlobState, NewRef};
 use crate::error::{ApiError, ApiResult};
@@ -49,6 +49,10 @@ impl From<BlobError> for ApiError {
                 tracing::error!("blob bytes missing from storage");
                 ApiError::Unavailable("the blob's bytes are being replaced; retry".into())
             }
+            BlobError::Spent => {
+                tracing::warn!("an upload's bytes were deleted by a racing deletion of the same content");
+                ApiError::Unavailable("the same content was deleted while this upload was stored; retry".into())
+            }
             BlobError::Storage(cause) => {
                 tracing::error!(cause = %cause, "blob storage failed");
                 ApiError::Unavailable("blob storage is unavailable; retry".into())
@@ -70,7 +74,8 @@ where
     S: Stream<Item = Result<Bytes, E>> + Send,
     E: std::fmt::Display,
 {
-    let staged = state.blobs.stage(body, state.config.max_blob_bytes, size_hint).await?;
+    let direct = direct_key(state, expected, size_hint).await?;
+    let staged = state.blobs.stage(body, state.config.max_blob_bytes, size_hint, direct).await?;
     let result = commit(state, expected, spec, &staged).await;
     state.blobs.discard(staged).await;
     if let Ok(s) = &result {
@@ -80,6 +85,23 @@ where
         }
     }
     result
+}
+
+/// The content key a body may be written straight to (on an object store, see
+/// [`BlobStore::stage`](crate::blobs::BlobStore::stage)): its announced BLAKE3 digest, when no
+/// row of that content exists. Bytes written straight to the key cannot be published a second
+/// time, and a deletion of the same content in progress could remove them; a stored blob is
+/// deduplicated anyway. Bodies announced as small enough to be inline need no look.
+async fn direct_key(
+    state: &AppState,
+    expected: Option<AnyDigest>,
+    size_hint: Option<u64>,
+) -> ApiResult<Option<Digest>> {
+    let Some(AnyDigest::Blake3(d)) = expected else { return Ok(None) };
+    if !state.blobs.writes_direct() || size_hint.is_some_and(|n| n <= INLINE_MAX as u64) {
+        return Ok(None);
+    }
+    Ok(state.db.blob_state(&d).await?.is_none().then_some(d))
 }
 
 fn check(expected: Option<AnyDigest>, staged: &Staged) -> ApiResult<()> {

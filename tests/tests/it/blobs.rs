@@ -71,6 +71,57 @@ async fn digest_mismatch_stores_nothing() {
     srv.stop().await;
 }
 
+/// A PUT that names its BLAKE3 digest is written straight to its content key: on S3 a
+/// multipart upload completed only after verification, with no temporary object and no copy.
+/// A mismatch completes nothing, a duplicate is not written to the key again; a POST (digest
+/// unknown until the end) is staged and copied. On local disk the same answers and bytes.
+#[tokio::test]
+async fn announced_digests_are_written_straight_to_their_key() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    // 18 MiB: three parts of a multipart upload (8, 8 and 2 MiB), in order.
+    let body = |seed: u32| {
+        Bytes::from(
+            (0..18u32 << 20)
+                .map(|i| (i.wrapping_add(seed.wrapping_mul(0x9E37_79B9)).wrapping_mul(2_654_435_761)).to_le_bytes()[3])
+                .collect::<Vec<u8>>(),
+        )
+    };
+    let data = body(1);
+    let rec = c.put(data.clone(), &UploadOptions::default()).await.unwrap();
+    assert!(!rec.deduplicated);
+    assert_eq!(c.get(&rec.digest).await.unwrap().bytes().await.unwrap(), data);
+    assert_eq!(srv.s3_requests("copy"), 0, "no server-side copy");
+    assert_eq!(srv.s3_requests("put"), 0, "no temporary object");
+    assert_eq!(srv.s3_requests("complete_multipart"), u64::from(is_remote()));
+    assert_eq!(srv.s3_requests("upload_part"), 3 * u64::from(is_remote()));
+
+    // Named with another digest: 400, and the upload is aborted, never completed.
+    let (other, wrong) = (body(2), Digest::of(b"not these bytes"));
+    let resp = c.request(Method::PUT, &format!("/v1/blobs/{wrong}")).body(other.clone()).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let err: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "digest_mismatch");
+    assert_eq!((c.head(&wrong).await.unwrap(), c.head(&Digest::of(&other)).await.unwrap()), (None, None));
+    assert_eq!(srv.s3_requests("complete_multipart"), u64::from(is_remote()));
+    assert_eq!(srv.s3_requests("abort_multipart"), u64::from(is_remote()));
+
+    // The same bytes again: deduplicated (a stored blob's key is never written to again).
+    assert!(c.put(data.clone(), &UploadOptions::default()).await.unwrap().deduplicated);
+    assert_eq!(srv.s3_requests("copy"), 0);
+    assert!(srv.stored_under("tmp").is_empty(), "{:?}", srv.stored_under("tmp"));
+    assert_eq!(srv.stored_under("blobs").len(), 1, "{:?}", srv.stored_under("blobs"));
+
+    // Digest unknown until the end: a temporary object, copied to its key, then removed.
+    let third = body(3);
+    let posted = c.put_stream(futures::stream::iter([Ok(third.clone())]), &UploadOptions::default()).await.unwrap();
+    assert_eq!(posted.digest, Digest::of(&third));
+    assert_eq!(srv.s3_requests("copy"), u64::from(is_remote()));
+    assert_eq!(srv.stored_under("blobs").len(), 2, "{:?}", srv.stored_under("blobs"));
+    assert!(srv.stored_under("tmp").is_empty(), "{:?}", srv.stored_under("tmp"));
+    srv.stop().await;
+}
+
 #[tokio::test]
 async fn malformed_digests_are_400() {
     let srv = TestServer::start().await;
