@@ -31,9 +31,13 @@ out="$work/results.jsonl"
 : > "$out"
 n16=16; n1=200; secs=10
 [ "$quick" = quick ] && { n16=4; n1=40; secs=3; }
-$S --label "spillway PUT 16 MiB sequential" put --size 16777216 --count $n16 | tee -a "$out"
+# PUT names the digest (as the SDK does): written straight to the content key as a multipart
+# upload. POST does not: staged under tmp/, then copied server-side once the digest is known.
+$S --label "spillway PUT 16 MiB sequential" put --announce --size 16777216 --count $n16 | tee -a "$out"
 $D --label "s3 PUT 16 MiB sequential" put --size 16777216 --count $n16 | tee -a "$out"
-$S --concurrency 8 --label "spillway PUT 1 MiB 8 concurrent" put --size 1048576 --count $n1 | tee -a "$out"
+$S --label "spillway POST 16 MiB sequential" put --size 16777216 --count $n16 | tee -a "$out"
+$D --label "s3 POST 16 MiB sequential" put --size 16777216 --count $n16 | tee -a "$out"
+$S --concurrency 8 --label "spillway PUT 1 MiB 8 concurrent" put --announce --size 1048576 --count $n1 | tee -a "$out"
 $D --concurrency 8 --label "s3 PUT 1 MiB 8 concurrent" put --size 1048576 --count $n1 | tee -a "$out"
 sd=$($S seed --size 1300000 --lines); dd=$($D seed --size 1300000 --lines)
 $S --concurrency 16 --label "spillway capped 100 KB read, 16 connections" range --name "$sd" --size 50000000 --secs $secs | tee -a "$out"

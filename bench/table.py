@@ -18,7 +18,7 @@ for r in rows:
     name = r["label"][len("spillway "):]
     other = by.get("nginx " + name) or by.get("nginx " + name.replace("capped 100 KB read", "100 KB Range GET"))
     disk = by.get("disk " + name)
-    metric, unit = ("mib_per_s", "MiB/s") if "PUT" in name or "full GET" in name else ("req_per_s", "req/s")
+    metric, unit = ("mib_per_s", "MiB/s") if "PUT" in name or "POST" in name or "full GET" in name else ("req_per_s", "req/s")
     o, ratio, d, bar = "-", "-", "-", "-"
     if other:
         o = cell(other, metric, unit)

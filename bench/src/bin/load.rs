@@ -43,12 +43,16 @@ enum Target {
 
 #[derive(Subcommand)]
 enum Op {
-    /// Upload `count` distinct bodies of `size` bytes.
+    /// Upload `count` distinct bodies of `size` bytes (all made before the clock starts).
     Put {
         #[arg(long)]
         size: usize,
         #[arg(long)]
         count: usize,
+        /// Spillway: `PUT /v1/blobs/{digest}` with the BLAKE3 digest computed beforehand, as the
+        /// SDK uploads, instead of `POST /v1/blobs` (the server alone hashing).
+        #[arg(long)]
+        announce: bool,
     },
     /// Upload one blob of `size` bytes (distinct content per run) and print its name.
     Seed {
@@ -112,7 +116,7 @@ impl Ctx {
         }
     }
 
-    async fn put(&self, name: &str, body: Bytes) -> anyhow::Result<String> {
+    async fn put(&self, name: &str, body: Bytes, digest: Option<&str>) -> anyhow::Result<String> {
         if let Some(s3) = &self.s3 {
             s3.put(&object_store::path::Path::from(name), body.into()).await?;
             return Ok(name.to_owned());
@@ -129,7 +133,10 @@ impl Ctx {
             return Ok(name.to_owned());
         }
         let r = match self.target {
-            Target::Spillway => self.auth(self.http.post(format!("{}/v1/blobs", self.url))),
+            Target::Spillway => match digest {
+                Some(d) => self.auth(self.http.put(format!("{}/v1/blobs/{d}", self.url))),
+                None => self.auth(self.http.post(format!("{}/v1/blobs", self.url))),
+            },
             Target::Nginx | Target::S3 | Target::Disk => self.http.put(format!("{}/{name}", self.url)),
         };
         let resp = r.body(body).send().await?;
@@ -222,7 +229,7 @@ async fn main() -> anyhow::Result<()> {
                 body(size, 0, salt)
             };
             let name = format!("seed-{salt}");
-            println!("{}", ctx.put(&name, data).await?);
+            println!("{}", ctx.put(&name, data, None).await?);
             return Ok(());
         }
         op => {
@@ -230,6 +237,16 @@ async fn main() -> anyhow::Result<()> {
                 Op::Poll { .. } => Some(ctx.create_stream().await?),
                 _ => None,
             };
+            let bodies = Arc::new(match &op {
+                Op::Put { size, count, announce } => (0..*count as u64)
+                    .map(|i| {
+                        let data = body(*size, i, salt);
+                        let digest = announce.then(|| spillway_api::Digest::of(&data).to_string());
+                        (data, digest)
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            });
             let next = Arc::new(AtomicU64::new(0));
             let start = Instant::now();
             let mut tasks = Vec::new();
@@ -237,7 +254,7 @@ async fn main() -> anyhow::Result<()> {
                 let ctx = ctx.clone();
                 let next = next.clone();
                 let op = match &op {
-                    Op::Put { size, count } => Work::Put(*size, *count as u64),
+                    Op::Put { .. } => Work::Put(bodies.clone()),
                     Op::Range { name, size, secs } => Work::Range(name.clone(), *size, Duration::from_secs(*secs)),
                     Op::Get { name, count } => Work::Get(name.clone(), *count as u64),
                     Op::Line { name, line, lines, count } => Work::Line(name.clone(), *line, *lines, *count as u64),
@@ -263,7 +280,8 @@ async fn main() -> anyhow::Result<()> {
 }
 
 enum Work {
-    Put(usize, u64),
+    /// Bodies, with the digest to announce.
+    Put(Arc<Vec<(Bytes, Option<String>)>>),
     Range(String, u64, Duration),
     Get(String, u64),
     Line(String, u64, u64, u64),
@@ -277,14 +295,11 @@ async fn run(ctx: &Ctx, w: Work, next: &AtomicU64, salt: u64, start: Instant) ->
     loop {
         let t0 = Instant::now();
         match &w {
-            Work::Put(size, count) => {
+            Work::Put(bodies) => {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= *count {
-                    break;
-                }
-                let data = body(*size, i, salt);
-                ctx.put(&format!("b-{salt}-{i}"), data).await?;
-                bytes += *size as u64;
+                let Some((data, digest)) = bodies.get(i as usize) else { break };
+                ctx.put(&format!("b-{salt}-{i}"), data.clone(), digest.as_deref()).await?;
+                bytes += data.len() as u64;
             }
             Work::Range(name, size, secs) => {
                 if start.elapsed() >= *secs {
