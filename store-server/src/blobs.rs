@@ -23,6 +23,7 @@ use url::Url;
 
 use spillway_api::paging::lines::{LineIndex, LineIndexBuilder};
 
+use crate::cache::BlockCache;
 use crate::clock::{Clock, SystemClock};
 use crate::direct::{Parts, Pending};
 use crate::spool::Spool;
@@ -290,6 +291,8 @@ pub struct BlobStore {
     local_root: Option<PathBuf>,
     /// `file://` stores: open blob files, for ranged reads.
     open_files: Arc<OpenFiles>,
+    /// Object stores: blocks of blobs read lately (see [`BlobStore::with_read_cache`]).
+    blocks: Option<Arc<BlockCache>>,
 }
 
 /// Most blob files kept open.
@@ -378,7 +381,7 @@ impl BlobStore {
                 let s3 = builder.build()?;
                 let store: Arc<dyn ObjectStore> =
                     if prefix.as_ref().is_empty() { Arc::new(s3) } else { Arc::new(PrefixStore::new(s3, prefix)) };
-                let this = Self { store, local_root: None, open_files: Arc::default() };
+                let this = Self { store, local_root: None, open_files: Arc::default(), blocks: None };
                 this.clean_object_tmp().await;
                 Ok(this)
             }
@@ -400,7 +403,7 @@ impl BlobStore {
         })
         .await??;
         let store = Arc::new(LocalFileSystem::new_with_prefix(&root)?);
-        Ok(Self { store, local_root: Some(root), open_files: Arc::default() })
+        Ok(Self { store, local_root: Some(root), open_files: Arc::default(), blocks: None })
     }
 
     async fn clean_object_tmp(&self) {
@@ -584,14 +587,26 @@ impl BlobStore {
         self.local_root.is_none()
     }
 
-    /// Bytes `range` of a blob.
-    pub async fn get_range(&self, d: &Digest, range: Range<u64>) -> Result<Bytes, BlobError> {
+    /// Keeps up to `bytes` of blob blocks in memory for ranged reads, on an object store (a
+    /// file store has the kernel's page cache). Below one block (256 KiB): no cache.
+    pub fn with_read_cache(mut self, bytes: u64) -> Self {
+        if self.local_root.is_none() {
+            self.blocks = BlockCache::new(bytes).map(Arc::new);
+        }
+        self
+    }
+
+    /// Bytes `range` of a blob of `size` bytes.
+    pub async fn get_range(&self, d: &Digest, size: u64, range: Range<u64>) -> Result<Bytes, BlobError> {
         if range.is_empty() {
             return Ok(Bytes::new());
         }
-        match &self.local_root {
-            Some(root) => self.read_local(root, d, range).await,
-            None => Ok(self.store.get_range(&blob_key(d), range).await?),
+        let key = blob_key(d);
+        let fetch = |r: Range<u64>| async { Ok::<_, BlobError>(self.store.get_range(&key, r).await?) };
+        match (&self.local_root, &self.blocks) {
+            (Some(root), _) => self.read_local(root, d, range).await,
+            (None, Some(blocks)) if range.end <= size => blocks.read(d, size, range, fetch).await,
+            (None, _) => fetch(range).await,
         }
     }
 
@@ -705,14 +720,14 @@ mod tests {
         let d = Digest::of(&data);
         store.store.put(&blob_key(&d), data.clone().into()).await.unwrap();
         for range in [0..1, 1000..101_000, 299_999..300_000, 0..300_000] {
-            let got = store.get_range(&d, range.clone()).await.unwrap();
+            let got = store.get_range(&d, 300_000, range.clone()).await.unwrap();
             assert_eq!(got, data.slice(range.start as usize..range.end as usize), "{range:?}");
         }
         assert!(store.open_files.get(&d).is_some(), "the file stays open for the next read");
         // Past the end is an error, never a short answer.
-        assert!(store.get_range(&d, 299_000..300_001).await.is_err());
+        assert!(store.get_range(&d, 300_000, 299_000..300_001).await.is_err());
         store.delete(&d).await.unwrap();
         assert!(store.open_files.get(&d).is_none(), "a deletion closes the file");
-        assert!(matches!(store.get_range(&d, 0..10).await, Err(BlobError::NotFound)));
+        assert!(matches!(store.get_range(&d, 300_000, 0..10).await, Err(BlobError::NotFound)));
     }
 }

@@ -47,6 +47,9 @@ pub struct Config {
     /// How often a long-poll looks at the database for appends made through other replicas
     /// (appends through this one wake it at once).
     pub stream_poll_interval: Duration,
+    /// Bytes of blob blocks an S3-backed server keeps in memory for reads (a blob never
+    /// changes, so they never go stale); below 256 KiB, none.
+    pub read_cache_bytes: u64,
 }
 
 impl Config {
@@ -72,6 +75,7 @@ impl Config {
             max_connections: 1024,
             storage_reserve_bytes: 16 << 20,
             stream_poll_interval: Duration::from_millis(100),
+            read_cache_bytes: 256 << 20,
         }
     }
 

@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod blobs;
+mod cache;
 pub mod clock;
 pub mod config;
 pub mod db;

@@ -86,6 +86,9 @@ struct ServeOpts {
     /// Seconds a replica trusts a token it has checked (a revoked token is refused within this; at most 30).
     #[arg(long, env = "SPILLWAY_TOKEN_CACHE_TTL", default_value_t = 30)]
     token_cache_ttl: u64,
+    /// Bytes of blob blocks kept in memory for reads when the blobs are on S3 (0: none).
+    #[arg(long, env = "SPILLWAY_READ_CACHE_BYTES", default_value_t = 256 << 20)]
+    read_cache_bytes: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -161,6 +164,7 @@ impl ServeOpts {
         c.body_idle_timeout = Duration::from_secs(self.body_idle_timeout.max(1));
         c.max_connections = self.max_connections.max(1);
         c.storage_reserve_bytes = self.storage_reserve_bytes;
+        c.read_cache_bytes = self.read_cache_bytes;
     }
 }
 

@@ -21,7 +21,8 @@ use crate::state::AppState;
 pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<AppState> {
     tokio::fs::create_dir_all(&config.data_dir).await?;
     let db = Db::connect(&config.database_url()).await?;
-    let blobs = BlobStore::open(&config.blob_store_url(), &config.s3_options).await?;
+    let blobs =
+        BlobStore::open(&config.blob_store_url(), &config.s3_options).await?.with_read_cache(config.read_cache_bytes);
     crate::routes::install_metrics();
     let embedded = db.backend() == crate::db::Backend::Sqlite;
     let visibility = Arc::new(crate::state::VisibilityCache::new(embedded));

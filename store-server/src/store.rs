@@ -84,6 +84,6 @@ impl Source for BlobSource {
         if let Some(data) = &self.inline {
             return Ok(data.slice(start as usize..end as usize));
         }
-        self.blobs.get_range(&self.digest, start..end).await
+        self.blobs.get_range(&self.digest, self.size, start..end).await
     }
 }

@@ -118,8 +118,9 @@ impl TestServer {
         }
     }
 
-    /// How many requests of `kind` (`copy`, `put`, `upload_part`, `create_multipart`,
-    /// `complete_multipart`, `abort_multipart`, `delete`) this server's bucket received from
+    /// How many requests of `kind` (`get`, `list`, `copy`, `put`, `upload_part`,
+    /// `create_multipart`, `complete_multipart`, `abort_multipart`, `delete`) this server's
+    /// bucket received from
     /// it; always 0 on the local backend.
     pub fn s3_requests(&self, kind: &str) -> u64 {
         match self.state.config.blob_store.as_deref() {

@@ -63,6 +63,8 @@ fn request_kind<B>(req: &http::Request<B>) -> &'static str {
         http::Method::POST if has("uploadId") => "complete_multipart",
         http::Method::DELETE if has("uploadId") => "abort_multipart",
         http::Method::DELETE => "delete",
+        http::Method::GET if !req.uri().path().trim_start_matches('/').contains('/') => "list",
+        http::Method::GET => "get",
         _ => "other",
     }
 }

@@ -6,6 +6,32 @@ use spillway_client::{GrepRequest, ReadRequest, UploadOptions};
 
 use crate::support::*;
 
+/// On S3 a blob's blocks, once read, are kept in memory: paging through it again asks the store
+/// for nothing and gives the same pages. (On disk the kernel's page cache does this.)
+#[tokio::test]
+async fn pages_read_again_come_from_the_block_cache() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    let text: String = (0..60_000).map(|i| format!("line {i}\n")).collect();
+    let d = c.put(Bytes::from(text.clone()), &UploadOptions::default()).await.unwrap().digest;
+    let page_through = || async {
+        let (mut got, mut offset) = (String::new(), Some(0));
+        while let Some(at) = offset {
+            let page = c.read(&d, ReadRequest::Bytes { offset: at, limit: None }).await.unwrap();
+            got.push_str(&page.content);
+            offset = page.next_offset;
+        }
+        got
+    };
+    assert_eq!(page_through().await, text);
+    let asked = srv.s3_requests("get");
+    assert_eq!(page_through().await, text);
+    assert_eq!(srv.s3_requests("get"), asked, "the second pass asked the store for nothing");
+    // 590 KB: three blocks of 256 KiB, each fetched once.
+    assert_eq!(asked, 3 * u64::from(is_remote()));
+    srv.stop().await;
+}
+
 #[tokio::test]
 async fn byte_pages_are_capped_and_concatenate() {
     let srv = TestServer::start().await;
