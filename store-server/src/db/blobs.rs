@@ -260,6 +260,12 @@ impl Db {
     /// Records a blob whose bytes were just made durable, with its first reference. Returns
     /// `None` when a row in state `deleting` is in the way (retention is collecting it).
     pub async fn insert_blob_with_ref(&self, b: &BlobRow, r: &NewRef, now: i64) -> DbResult<Option<bool>> {
+        // New content, the common case, through the SQLite writer's own connection.
+        if let Some(fresh) = self.insert_fresh_natively(b, r, now).await {
+            if fresh? {
+                return Ok(Some(false));
+            }
+        }
         let (b, r) = (b.clone(), r.clone());
         self.write_prefix_safe(move |c| {
             Box::pin(async move {
@@ -296,6 +302,56 @@ impl Db {
                 insert_ref(c, &r, now).await?;
                 Ok(Some(deduplicated))
             })
+        })
+        .await
+    }
+
+    /// On SQLite: the blob row and the reference when the content is new (two or three
+    /// cached statements on the writer's own connection, in its group commit). `Some(false)`:
+    /// the content has a row, nothing was written, and the general path decides. `None`: no
+    /// native writer here.
+    async fn insert_fresh_natively(&self, b: &BlobRow, r: &NewRef, now: i64) -> Option<DbResult<bool>> {
+        let (b, r) = (b.clone(), r.clone());
+        self.write_native(move |c| {
+            let fresh =
+                c.prepare_cached(
+                    "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, inline_data, state) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'live') ON CONFLICT (digest) DO NOTHING",
+                )?
+                .execute(rusqlite::params![
+                    b.digest.hex(),
+                    b.sha256.hex(),
+                    to_i64(b.size),
+                    to_i64(b.lines),
+                    b.line_index,
+                    now,
+                    b.inline_data
+                ])? == 1;
+            if !fresh {
+                return Ok(false);
+            }
+            let id: i64 = c
+                .prepare_cached(
+                    "INSERT INTO refs (namespace, digest, labels, created_at, expires_at, pinned, pin_reason) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id",
+                )?
+                .query_row(
+                    rusqlite::params![
+                        r.namespace.as_str(),
+                        r.digest.hex(),
+                        labels_json(&r.labels),
+                        now,
+                        r.expires_at,
+                        i64::from(r.expires_at.is_none()),
+                        r.pin_reason
+                    ],
+                    |row| row.get(0),
+                )?;
+            let mut label = c.prepare_cached("INSERT INTO ref_labels (ref_id, key, value) VALUES (?1, ?2, ?3)")?;
+            for (k, v) in &r.labels {
+                label.execute(rusqlite::params![id, k, v])?;
+            }
+            Ok(true)
         })
         .await
     }

@@ -4,6 +4,9 @@
 
 use std::sync::Arc;
 
+/// The driver's error (sqlx, or rusqlite for the SQLite writer's own statements).
+pub(super) type DriverError = Arc<dyn std::error::Error + Send + Sync>;
+
 /// A database failure. Cheap to clone: the SQLite group commit gives the same failure to
 /// every write of its batch.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -11,10 +14,10 @@ pub enum DbError {
     /// Out of space: SQLite's `SQLITE_FULL` (13), PostgreSQL's `disk_full` (53100), or an I/O
     /// error of kind `StorageFull`.
     #[error("the metadata database is full")]
-    Full(#[source] Arc<sqlx::Error>),
+    Full(#[source] DriverError),
     /// Not reachable now (the pool timed out or closed, a connection's I/O failed): retry.
     #[error("the metadata database is unavailable")]
-    Unavailable(#[source] Arc<sqlx::Error>),
+    Unavailable(#[source] DriverError),
     /// A stored value that does not parse as its type: the database was changed by hand or
     /// by a newer version.
     #[error("malformed {what} stored in the database: {value:?}")]
@@ -26,7 +29,7 @@ pub enum DbError {
     },
     /// A statement failed otherwise.
     #[error("database statement failed")]
-    Statement(#[source] Arc<sqlx::Error>),
+    Statement(#[source] DriverError),
 }
 
 /// Results of the database layer.
@@ -45,6 +48,19 @@ impl From<sqlx::Error> for DbError {
         match e {
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => Self::Unavailable(Arc::new(e)),
             other => Self::Statement(Arc::new(other)),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for DbError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode as C;
+        match e.sqlite_error_code() {
+            Some(C::DiskFull) => Self::Full(Arc::new(e)),
+            Some(C::DatabaseBusy | C::DatabaseLocked | C::SystemIoFailure | C::CannotOpen) => {
+                Self::Unavailable(Arc::new(e))
+            }
+            _ => Self::Statement(Arc::new(e)),
         }
     }
 }
@@ -73,5 +89,9 @@ mod tests {
         assert!(matches!(DbError::from(sqlx::Error::RowNotFound), DbError::Statement(_)));
         let e = DbError::from(sqlx::Error::PoolClosed);
         assert!(std::error::Error::source(&e).is_some(), "the driver's error is kept");
+        let sqlite = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+        assert!(DbError::from(sqlite(rusqlite::ffi::SQLITE_FULL)).is_full());
+        assert!(matches!(DbError::from(sqlite(rusqlite::ffi::SQLITE_BUSY)), DbError::Unavailable(_)));
+        assert!(matches!(DbError::from(sqlite(rusqlite::ffi::SQLITE_CONSTRAINT)), DbError::Statement(_)));
     }
 }

@@ -1,5 +1,8 @@
 //! The database handle: one pool for PostgreSQL or SQLite, and on SQLite one writer task that
-//! commits waiting writes together (group commit). The row-level operations live beside it.
+//! commits waiting writes together (group commit). The writer runs most writes through sqlx; the
+//! hottest (a small upload's rows) it runs "natively", on a rusqlite connection to the same
+//! file, with cached statements and no hop to sqlx's worker thread per statement. The
+//! row-level operations live beside it.
 
 use super::error::{DbError, DbResult};
 use std::time::Duration;
@@ -22,7 +25,12 @@ pub enum Backend {
 const GROUP_MAX: usize = 256;
 
 /// A write waiting for the SQLite group commit: runs its statements, then hears the outcome.
-type Job = Box<dyn for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Finisher> + Send>;
+enum Job {
+    Sqlx(SqlxJob),
+    Native(NativeJob),
+}
+type SqlxJob = Box<dyn for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Finisher> + Send>;
+type NativeJob = Box<dyn FnOnce(&rusqlite::Connection) -> Finisher + Send>;
 type Finisher = Box<dyn FnOnce(DbResult<()>) + Send>;
 
 /// Handle to the metadata database; cheap to clone.
@@ -31,6 +39,8 @@ pub struct Db {
     pub(super) pool: AnyPool,
     pub(super) backend: Backend,
     group: Option<mpsc::Sender<Job>>,
+    /// Whether the SQLite writer has its native connection (not for an in-memory database).
+    native: bool,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -67,9 +77,11 @@ impl Db {
                     })
                     .connect_with(options)
                     .await?;
+                let native = native_writer(url)?;
                 let (tx, rx) = mpsc::channel(1024);
-                tokio::spawn(group_commit(writer, rx));
-                Ok(Self { pool, backend, group: Some(tx) })
+                let has_native = native.is_some();
+                tokio::spawn(group_commit(writer, native, rx));
+                Ok(Self { pool, backend, group: Some(tx), native: has_native })
             }
             Backend::Postgres => {
                 let pool = AnyPoolOptions::new()
@@ -78,7 +90,7 @@ impl Db {
                     .connect_with(options)
                     .await?;
                 POSTGRES_MIGRATIONS.run(&pool).await?;
-                Ok(Self { pool, backend, group: None })
+                Ok(Self { pool, backend, group: None, native: false })
             }
         }
     }
@@ -120,7 +132,7 @@ impl Db {
             return Ok(out);
         };
         let (reply, answer) = oneshot::channel::<DbResult<T>>();
-        let job: Job = Box::new(move |conn| {
+        let job: SqlxJob = Box::new(move |conn| {
             Box::pin(async move {
                 // Savepoints stack up and are all released by the batch's COMMIT; a failing
                 // write rolls back to its own (the most recent of that name) and no further.
@@ -149,8 +161,32 @@ impl Db {
             })
         });
         let closed = || DbError::from(sqlx::Error::PoolClosed);
-        group.send(job).await.map_err(|_| closed())?;
+        group.send(Job::Sqlx(job)).await.map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
+    }
+
+    /// Runs `op` on the SQLite writer's own rusqlite connection, in its group commit, and
+    /// answers once it is durable; `None` when there is no such writer (PostgreSQL, an
+    /// in-memory database), for the caller to go through [`Db::write`]. Like
+    /// [`Db::write_prefix_safe`], `op` has no savepoint: every prefix of it must be harmless.
+    pub(crate) async fn write_native<T, F>(&self, op: F) -> Option<DbResult<T>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> DbResult<T> + Send + 'static,
+    {
+        let group = self.group.as_ref().filter(|_| self.native)?;
+        let (reply, answer) = oneshot::channel::<DbResult<T>>();
+        let job: NativeJob = Box::new(move |conn| {
+            let result = op(conn);
+            Box::new(move |committed: DbResult<()>| {
+                let _ = reply.send(committed.and(result));
+            })
+        });
+        let closed = || DbError::from(sqlx::Error::PoolClosed);
+        if group.send(Job::Native(job)).await.is_err() {
+            return Some(Err(closed()));
+        }
+        Some(answer.await.unwrap_or_else(|_| Err(closed())))
     }
 
     /// On SQLite, folds the write-ahead log into the database and truncates it: on a full disk
@@ -175,9 +211,24 @@ impl Db {
     }
 }
 
-/// The SQLite writer: takes every write that is waiting, runs them in one transaction, commits
-/// (one fsync), then answers them all.
-async fn group_commit(mut conn: AnyConnection, mut rx: mpsc::Receiver<Job>) {
+/// The SQLite writer's rusqlite connection, for a database in a file.
+fn native_writer(url: &str) -> anyhow::Result<Option<rusqlite::Connection>> {
+    use std::str::FromStr;
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)?;
+    let path = options.get_filename();
+    if path.as_os_str().is_empty() || path.to_string_lossy().contains(":memory:") {
+        return Ok(None);
+    }
+    let conn = rusqlite::Connection::open(path)?;
+    conn.execute_batch(SQLITE_PRAGMAS)?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(Some(conn))
+}
+
+/// The SQLite writer: takes every write that is waiting and runs them in transactions — the
+/// native ones in one on the rusqlite connection, then the others in one through sqlx — each
+/// commit one fsync, then answers them all.
+async fn group_commit(mut conn: AnyConnection, mut native: Option<rusqlite::Connection>, mut rx: mpsc::Receiver<Job>) {
     while let Some(first) = rx.recv().await {
         let mut jobs = vec![first];
         while jobs.len() < GROUP_MAX {
@@ -186,29 +237,76 @@ async fn group_commit(mut conn: AnyConnection, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let begun = conn.execute("BEGIN IMMEDIATE").await.map_err(DbError::from);
-        let mut finishers = Vec::with_capacity(jobs.len());
-        if begun.is_ok() {
-            for job in jobs {
-                finishers.push(job(&mut conn).await);
+        let (mut natives, mut others) = (Vec::new(), Vec::new());
+        for job in jobs {
+            match job {
+                Job::Native(j) => natives.push(j),
+                Job::Sqlx(j) => others.push(j),
             }
         }
-        let committed = match begun {
-            Err(e) => Err(e),
-            Ok(_) => match conn.execute("COMMIT").await {
-                Ok(_) => Ok(()),
-                Err(e) => {
-                    let _ = conn.execute("ROLLBACK").await;
-                    Err(DbError::from(e))
-                }
-            },
-        };
+        if !natives.is_empty() {
+            native = match native {
+                Some(n) => commit_native(n, natives).await,
+                None => None, // never sent without a native connection
+            };
+        }
+        if !others.is_empty() {
+            commit_sqlx(&mut conn, others).await;
+        }
+    }
+}
+
+/// One transaction of native writes, on a blocking thread (rusqlite blocks); gives the
+/// connection back, unless that thread panicked.
+async fn commit_native(conn: rusqlite::Connection, jobs: Vec<NativeJob>) -> Option<rusqlite::Connection> {
+    tokio::task::spawn_blocking(move || {
+        let mut finishers = Vec::with_capacity(jobs.len());
+        let begun = conn.execute_batch("BEGIN IMMEDIATE").map_err(DbError::from);
+        if begun.is_ok() {
+            finishers.extend(jobs.into_iter().map(|job| job(&conn)));
+        }
+        let committed = begun.and_then(|()| {
+            conn.execute_batch("COMMIT").map_err(|e| {
+                let _ = conn.execute_batch("ROLLBACK");
+                DbError::from(e)
+            })
+        });
         if let Err(e) = &committed {
             tracing::error!(cause = ?e, "SQLite group commit failed");
         }
         for f in finishers {
             f(committed.clone());
         }
+        conn
+    })
+    .await
+    .ok()
+}
+
+/// One transaction of writes through sqlx.
+async fn commit_sqlx(conn: &mut AnyConnection, jobs: Vec<SqlxJob>) {
+    let begun = conn.execute("BEGIN IMMEDIATE").await.map_err(DbError::from);
+    let mut finishers = Vec::with_capacity(jobs.len());
+    if begun.is_ok() {
+        for job in jobs {
+            finishers.push(job(&mut *conn).await);
+        }
+    }
+    let committed = match begun {
+        Err(e) => Err(e),
+        Ok(_) => match conn.execute("COMMIT").await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let _ = conn.execute("ROLLBACK").await;
+                Err(DbError::from(e))
+            }
+        },
+    };
+    if let Err(e) = &committed {
+        tracing::error!(cause = ?e, "SQLite group commit failed");
+    }
+    for f in finishers {
+        f(committed.clone());
     }
 }
 
