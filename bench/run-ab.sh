@@ -2,7 +2,8 @@
 # Two builds of spillway-server side by side, interleaved in one run, with each server's CPU per
 # request. `read` (the default): capped 100 KB reads at random offsets (16 connections) and line
 # pages at line 1 and 999,000. `put`: uploads of 1 MiB (sequential) and 16 MiB (8 connections).
-# Usage: bench/run-ab.sh BASE_BINARY [read|put]   (BASE: e.g. a release build of an earlier commit)
+# `get`: full downloads of a 50 MB log.
+# Usage: bench/run-ab.sh BASE_BINARY [read|put|get]   (BASE: e.g. a release build of an earlier commit)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=$1
@@ -49,6 +50,13 @@ if [ "$mode" = put ]; then
 fi
 seed() { SPILLWAY_TOKEN=$(cat "$work/$1/token") $load --target spillway --url "http://127.0.0.1:$2" seed "${@:3}"; }
 la=$(seed base 17801 --size 1300000 --lines); lb=$(seed head 17802 --size 1300000 --lines)
+if [ "$mode" = get ]; then
+  for round in $(seq 1 "${ROUNDS:-3}"); do
+    run base 17801 --label "base full GET 50 MB r$round" get --name "$la" --count 20
+    run head 17802 --label "head full GET 50 MB r$round" get --name "$lb" --count 20
+  done
+  exit 0
+fi
 ma=$(seed base 17801 --size 1000000 --lines); mb=$(seed head 17802 --size 1000000 --lines)
 for round in $(seq 1 "${ROUNDS:-3}"); do
   run base 17801 --concurrency 16 --label "base capped 100 KB read r$round" range --name "$la" --size 50000000 --secs 10

@@ -18,7 +18,7 @@ use object_store::prefix::PrefixStore;
 use object_store::{ObjectStore, ObjectStoreScheme};
 use sha2::{Digest as _, Sha256};
 use spillway_api::Digest;
-use tokio::io::{AsyncSeekExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use url::Url;
 
 use spillway_api::paging::lines::{LineIndex, LineIndexBuilder};
@@ -325,6 +325,24 @@ impl OpenFiles {
     }
 }
 
+/// Bytes of a local blob read at a time by a full download.
+const DOWNLOAD_CHUNK: u64 = 512 << 10;
+
+/// Bytes `range` of an open file: from the page cache on this thread when they are there (a
+/// capped read of a busy blob never leaves the runtime), else on the blocking pool.
+async fn read_at(file: Arc<std::fs::File>, range: Range<u64>) -> Result<Bytes, BlobError> {
+    let mut buf = vec![0u8; (range.end - range.start) as usize];
+    let done = read_cached(&file, &mut buf, range.start)?;
+    if done < buf.len() {
+        buf = tokio::task::spawn_blocking(move || {
+            std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf[done..], range.start + done as u64)?;
+            Ok::<_, std::io::Error>(buf)
+        })
+        .await??;
+    }
+    Ok(Bytes::from(buf))
+}
+
 /// Reads `buf.len()` bytes at `offset` from the page cache without blocking; returns how many
 /// it read before the data was not cached (the rest is for a blocking read).
 fn read_cached(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
@@ -610,28 +628,20 @@ impl BlobStore {
         }
     }
 
-    /// A range of a local blob: from the page cache on this thread when it is there (a capped
-    /// read of a busy blob never leaves the runtime), else on the blocking pool.
+    /// A range of a local blob (see [`read_at`]).
     async fn read_local(&self, root: &FsPath, d: &Digest, range: Range<u64>) -> Result<Bytes, BlobError> {
-        let file = match self.open_files.get(d) {
-            Some(file) => file,
-            None => {
-                let path = root.join(blob_key(d).as_ref());
-                let file = Arc::new(tokio::task::spawn_blocking(move || std::fs::File::open(path)).await??);
-                self.open_files.put(*d, file.clone());
-                file
-            }
-        };
-        let mut buf = vec![0u8; (range.end - range.start) as usize];
-        let done = read_cached(&file, &mut buf, range.start)?;
-        if done < buf.len() {
-            buf = tokio::task::spawn_blocking(move || {
-                std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf[done..], range.start + done as u64)?;
-                Ok::<_, std::io::Error>(buf)
-            })
-            .await??;
+        read_at(self.blob_file(root, d).await?, range).await
+    }
+
+    /// A local blob's file, from the open files or opened now (and kept).
+    async fn blob_file(&self, root: &FsPath, d: &Digest) -> Result<Arc<std::fs::File>, BlobError> {
+        if let Some(file) = self.open_files.get(d) {
+            return Ok(file);
         }
-        Ok(Bytes::from(buf))
+        let path = root.join(blob_key(d).as_ref());
+        let file = Arc::new(tokio::task::spawn_blocking(move || std::fs::File::open(path)).await??);
+        self.open_files.put(*d, file.clone());
+        Ok(file)
     }
 
     /// A blob (or a range of it) as a stream of chunks, for full downloads.
@@ -641,11 +651,19 @@ impl BlobStore {
         range: Range<u64>,
     ) -> Result<BoxStream<'static, Result<Bytes, BlobError>>, BlobError> {
         if let Some(root) = &self.local_root {
-            let mut file = tokio::fs::File::open(root.join(blob_key(d).as_ref())).await?;
-            file.seek(std::io::SeekFrom::Start(range.start)).await?;
-            let reader = tokio::io::AsyncReadExt::take(file, range.end - range.start);
-            let stream = tokio_util::io::ReaderStream::with_capacity(reader, 256 * 1024);
-            return Ok(stream.map_err(BlobError::from).boxed());
+            // Chunk after chunk with `read_at`: page-cache hits never leave the runtime.
+            let file = self.blob_file(root, d).await?;
+            let chunks = futures::stream::try_unfold(range, move |r| {
+                let file = file.clone();
+                async move {
+                    if r.is_empty() {
+                        return Ok(None);
+                    }
+                    let end = r.end.min(r.start + DOWNLOAD_CHUNK);
+                    Ok(Some((read_at(file, r.start..end).await?, end..r.end)))
+                }
+            });
+            return Ok(chunks.boxed());
         }
         let opts = object_store::GetOptions { range: Some(range.into()), ..Default::default() };
         let res = self.store.get_opts(&blob_key(d), opts).await?;
