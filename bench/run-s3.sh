@@ -39,6 +39,8 @@ $S --label "spillway POST 16 MiB sequential" put --size 16777216 --count $n16 | 
 $D --label "s3 POST 16 MiB sequential" put --size 16777216 --count $n16 | tee -a "$out"
 $S --concurrency 8 --label "spillway PUT 1 MiB 8 concurrent" put --announce --size 1048576 --count $n1 | tee -a "$out"
 $D --concurrency 8 --label "s3 PUT 1 MiB 8 concurrent" put --size 1048576 --count $n1 | tee -a "$out"
+$S --concurrency 8 --label "spillway POST 1 MiB 8 concurrent" put --size 1048576 --count $n1 | tee -a "$out"
+$D --concurrency 8 --label "s3 POST 1 MiB 8 concurrent" put --size 1048576 --count $n1 | tee -a "$out"
 sd=$($S seed --size 1300000 --lines); dd=$($D seed --size 1300000 --lines)
 $S --concurrency 16 --label "spillway capped 100 KB read, 16 connections" range --name "$sd" --size 50000000 --secs $secs | tee -a "$out"
 $D --concurrency 16 --label "s3 100 KB ranged GET, 16 connections" range --name "$dd" --size 50000000 --secs $secs | tee -a "$out"

@@ -40,6 +40,7 @@ impl Stats {
             "req_per_s": (self.requests as f64 / secs).round(),
             "mib_per_s": ((self.bytes as f64 / secs / 1048576.0) * 10.0).round() / 10.0,
             "p50_ms": (self.pct(50.0).as_secs_f64() * 1e5).round() / 100.0,
+            "p50_us": (self.pct(50.0).as_secs_f64() * 1e7).round() / 10.0,
             "p99_ms": (self.pct(99.0).as_secs_f64() * 1e5).round() / 100.0,
         })
     }

@@ -259,6 +259,22 @@ fn newlines(data: &[u8]) -> u64 {
     memchr::memchr_iter(b'\n', data).count() as u64
 }
 
+/// Where the newline after `n` others is in `data` (`n = 0`: the first): whole 4 KiB blocks are
+/// counted with SIMD and passed, and only the block that holds it is searched newline by
+/// newline — a line a checkpoint span away costs a count, not a thousand iterator steps.
+fn nth_newline(data: &[u8], n: u64) -> Option<usize> {
+    const BLOCK: usize = 4096;
+    let mut left = n;
+    for (k, block) in data.chunks(BLOCK).enumerate() {
+        let here = newlines(block);
+        if here > left {
+            return memchr::memchr_iter(b'\n', block).nth(left as usize).map(|i| k * BLOCK + i);
+        }
+        left -= here;
+    }
+    None
+}
+
 fn past_end<E>(message: String, size: u64) -> PageError<E> {
     PageError::RangeNotSatisfiable { message, size }
 }
@@ -336,14 +352,7 @@ async fn line_start<E: SourceError>(src: &dyn Source<Error = E>, line: u64) -> P
     let mut pos = cp.offset;
     while skip > 0 && pos < size {
         let buf = read_checked(src, pos, size.min(pos + LINE_WINDOW)).await?;
-        let mut found = None;
-        for (n, i) in memchr::memchr_iter(b'\n', &buf).enumerate() {
-            if n as u64 + 1 == skip {
-                found = Some(i);
-                break;
-            }
-        }
-        match found {
+        match nth_newline(&buf, skip - 1) {
             Some(i) => return Ok(pos + i as u64 + 1),
             None => {
                 skip -= newlines(&buf);
@@ -364,8 +373,7 @@ async fn locate_page<E: SourceError>(src: &dyn Source<Error = E>, line: u64) -> 
     let span = if skip == 0 { 0 } else { lines::CHECKPOINT_EVERY };
     let first_end = size.min(cp.offset + span + READ_CAP as u64);
     let buf = read_checked(src, cp.offset, first_end).await?;
-    let found =
-        if skip == 0 { Some(0) } else { memchr::memchr_iter(b'\n', &buf).nth((skip - 1) as usize).map(|i| i + 1) };
+    let found = if skip == 0 { Some(0) } else { nth_newline(&buf, skip - 1).map(|i| i + 1) };
     if let Some(i) = found {
         let available = buf.len() - i;
         if available >= READ_CAP || first_end == size {
@@ -813,6 +821,18 @@ mod tests {
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
         static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
         RT.get_or_init(|| tokio::runtime::Builder::new_current_thread().build().unwrap()).block_on(f)
+    }
+
+    proptest! {
+        /// Blocks passed by their count land on the same newline as stepping through them all.
+        #[test]
+        fn nth_newline_agrees_with_stepping(
+            lines in proptest::collection::vec(0usize..9000, 0..12),
+            n in 0u64..20,
+        ) {
+            let data: Vec<u8> = lines.iter().flat_map(|&len| std::iter::repeat_n(b'x', len).chain([b'\n'])).collect();
+            prop_assert_eq!(nth_newline(&data, n), memchr::memchr_iter(b'\n', &data).nth(n as usize));
+        }
     }
 
     fn text_strategy() -> impl Strategy<Value = String> {
