@@ -180,18 +180,13 @@ impl StoreClient {
     /// `503 unavailable` (the contract's "retry": e.g. a deletion of the same content raced the
     /// upload) is retried twice, after ~100 and ~200 ms; a PUT of the same bytes is idempotent.
     pub async fn put(&self, data: Bytes, opts: &UploadOptions) -> Result<BlobRecord> {
-        use backon::Retryable;
         let digest = Digest::of(&data);
         let path = format!("/v1/blobs/{digest}");
-        let once = || async {
+        retry_unavailable(|| async {
             let resp = self.req(Method::PUT, &path).query(&opts.query()).body(data.clone()).send().await?;
             decode(resp).await
-        };
-        let backoff = backon::ExponentialBuilder::default()
-            .with_min_delay(std::time::Duration::from_millis(100))
-            .with_max_times(2)
-            .with_jitter();
-        once.retry(backoff).when(|e| matches!(e, ClientError::Api { status: 503, .. })).await
+        })
+        .await
     }
 
     /// Uploads a body of unknown length and digest (`POST`), streamed.
@@ -349,5 +344,60 @@ impl StoreClient {
     /// Turns a stream into a blob, recording how its task ended.
     pub async fn seal_with(&self, id: &str, how: &SealRequest) -> Result<BlobRecord> {
         decode(self.req(Method::POST, &format!("/v1/streams/{id}/seal")).json(how).send().await?).await
+    }
+}
+
+/// Runs `op`, and again after ~100 and ~200 ms (with jitter) while it answers `503
+/// unavailable`, the contract's "retry".
+async fn retry_unavailable<T, F, Fut>(op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    use backon::Retryable;
+    let backoff = backon::ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(100))
+        .with_max_times(2)
+        .with_jitter();
+    op.retry(backoff).when(|e| matches!(e, ClientError::Api { status: 503, .. })).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    fn api(status: u16, code: spillway_api::ErrorCode) -> ClientError {
+        ClientError::Api { status, code, message: String::new() }
+    }
+
+    /// Calls `retry_unavailable` with an operation that fails with `errors` in turn, then
+    /// succeeds; returns the outcome and how many calls were made.
+    async fn run(errors: Vec<ClientError>) -> (Result<u32>, u32) {
+        let calls = AtomicU32::new(0);
+        let errors = std::sync::Mutex::new(errors.into_iter());
+        let out = retry_unavailable(|| async {
+            let n = calls.fetch_add(1, Ordering::Relaxed) + 1;
+            match errors.lock().unwrap().next() {
+                Some(e) => Err(e),
+                None => Ok(n),
+            }
+        })
+        .await;
+        (out, calls.load(Ordering::Relaxed))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unavailable_is_retried_twice_and_nothing_else_is() {
+        use spillway_api::ErrorCode::{InvalidArgument, Unavailable};
+        let (out, calls) = run(vec![api(503, Unavailable), api(503, Unavailable)]).await;
+        assert_eq!((out.unwrap(), calls), (3, 3), "two 503s, then the answer");
+        let (out, calls) = run((0..3).map(|_| api(503, Unavailable)).collect()).await;
+        assert!(matches!(out, Err(ClientError::Api { status: 503, .. })));
+        assert_eq!(calls, 3, "three attempts in all");
+        let (out, calls) = run(vec![api(400, InvalidArgument)]).await;
+        assert!(matches!(out, Err(ClientError::Api { status: 400, .. })));
+        assert_eq!(calls, 1, "a caller's mistake is not retried");
     }
 }

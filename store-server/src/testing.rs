@@ -132,31 +132,13 @@ impl TestServer {
     /// Makes the blob store fail from now on: on disk its directories become files, on S3 the
     /// bucket goes. For the tests of `503 unavailable`.
     pub fn break_blob_store(&self) {
-        self.set_blob_store_broken(true);
-    }
-
-    /// Undoes [`TestServer::break_blob_store`]: empty directories (or an empty bucket) again.
-    pub fn repair_blob_store(&self) {
-        self.set_blob_store_broken(false);
-    }
-
-    fn set_blob_store_broken(&self, broken: bool) {
         if let Some(url) = self.state.config.blob_store.as_deref().filter(|u| u.starts_with("s3://")) {
-            return crate::testing_backend::set_bucket_broken(url, broken);
+            return crate::testing_backend::break_bucket(url);
         }
         let root = self.blob_dir();
         for dir in ["tmp", "blobs"] {
             let _ = std::fs::remove_dir_all(root.join(dir));
-            let _ = std::fs::remove_file(root.join(dir));
-            if broken {
-                std::fs::write(root.join(dir), b"not a directory").expect("break the blob store");
-            }
-        }
-        if !broken {
-            for i in 0..=255u8 {
-                std::fs::create_dir_all(root.join("blobs").join(format!("{i:02x}"))).expect("repair");
-            }
-            std::fs::create_dir_all(root.join("tmp")).expect("repair the blob store");
+            std::fs::write(root.join(dir), b"not a directory").expect("break the blob store");
         }
     }
 

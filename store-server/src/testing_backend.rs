@@ -133,17 +133,12 @@ pub(crate) async fn configure(config: &mut Config) {
 }
 
 /// Breaks the bucket of an `s3://bucket/...` store (the server's directory of it becomes a
-/// file: every request to it fails from now on), or makes it an empty bucket again.
-pub(crate) fn set_bucket_broken(url: &str, broken: bool) {
+/// file): every request to it fails from now on.
+pub(crate) fn break_bucket(url: &str) {
     let bucket = url.trim_start_matches("s3://").split('/').next().unwrap_or_default();
     if let Some(s3) = S3.get() {
         let _ = std::fs::remove_dir_all(s3.root.join(bucket));
-        let _ = std::fs::remove_file(s3.root.join(bucket));
-        if broken {
-            std::fs::write(s3.root.join(bucket), b"not a bucket").expect("break the bucket");
-        } else {
-            std::fs::create_dir_all(s3.root.join(bucket)).expect("repair the bucket");
-        }
+        std::fs::write(s3.root.join(bucket), b"not a bucket").expect("break the bucket");
     }
 }
 

@@ -49,29 +49,6 @@ async fn sha256_of_large_uploads_matches_an_oracle() {
     srv.stop().await;
 }
 
-/// The SDK's `put` retries `503 unavailable` (the contract's "retry"): an upload whose first
-/// attempt meets a blob store that is down succeeds once the store is back within the backoff.
-#[tokio::test]
-async fn sdk_put_retries_an_unavailable_store() {
-    let srv = TestServer::start().await;
-    let c = srv.client();
-    srv.break_blob_store();
-    let data = Bytes::from("written across a short outage\n".repeat(2000));
-    // Seen by a plain request first: the store is down.
-    let resp = c.request(Method::PUT, &format!("/v1/blobs/{}", spillway_api::Digest::of(&data))).body(data.clone());
-    assert_eq!(resp.send().await.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
-    let put = tokio::spawn({
-        let (c, data) = (c.clone(), data.clone());
-        async move { c.put(data, &UploadOptions::default()).await }
-    });
-    // The first attempt is answered at once; the next waits at least 100 ms.
-    tokio::time::sleep(std::time::Duration::from_millis(40)).await;
-    srv.repair_blob_store();
-    let rec = put.await.unwrap().expect("retried after the outage");
-    assert_eq!(c.get(&rec.digest).await.unwrap().bytes().await.unwrap(), data);
-    srv.stop().await;
-}
-
 #[tokio::test]
 async fn blob_store_down_is_503_and_nothing_is_referenced() {
     let srv = TestServer::start().await;
