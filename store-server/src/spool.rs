@@ -14,9 +14,10 @@ use tokio::task::JoinHandle;
 
 /// Unwritten bytes the kernel is asked to write back at a time.
 const WRITEBACK_STEP: u64 = 512 << 10;
-/// Chunks waiting for the thread; the receiving task waits when they are this many (a chunk
-/// is what one socket read gave, so this bounds the memory of one upload).
-const QUEUED_CHUNKS: usize = 16;
+/// Chunks waiting for the thread; the receiving task waits when they are this many. A chunk
+/// is what one socket read gave (hyper reads at most ~400 KiB at once), so one upload holds at
+/// most a few MiB here however large its body, as the `BufWriter` it replaced did.
+const QUEUED_CHUNKS: usize = 8;
 /// Chunks given to one `writev`.
 const CHUNKS_PER_WRITE: usize = 64;
 
