@@ -77,10 +77,11 @@ impl Db {
                     })
                     .connect_with(options)
                     .await?;
-                let native = native_writer(url)?;
+                let native = native_path(url)?;
+                let first = native.as_deref().map(open_native).transpose()?;
                 let (tx, rx) = mpsc::channel(1024);
                 let has_native = native.is_some();
-                tokio::spawn(group_commit(writer, native, rx));
+                tokio::spawn(group_commit(writer, native.map(|path| NativeWriter { path, conn: first }), rx));
                 Ok(Self { pool, backend, group: Some(tx), native: has_native })
             }
             Backend::Postgres => {
@@ -211,24 +212,33 @@ impl Db {
     }
 }
 
-/// The SQLite writer's rusqlite connection, for a database in a file.
-fn native_writer(url: &str) -> anyhow::Result<Option<rusqlite::Connection>> {
+/// The file of a SQLite database URL; `None` for an in-memory database (no native writer).
+fn native_path(url: &str) -> anyhow::Result<Option<std::path::PathBuf>> {
     use std::str::FromStr;
     let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)?;
     let path = options.get_filename();
-    if path.as_os_str().is_empty() || path.to_string_lossy().contains(":memory:") {
-        return Ok(None);
-    }
+    let in_memory = path.as_os_str().is_empty() || path.to_string_lossy().contains(":memory:");
+    Ok((!in_memory).then(|| path.to_path_buf()))
+}
+
+/// The SQLite writer's own rusqlite connection to the database file.
+fn open_native(path: &std::path::Path) -> rusqlite::Result<rusqlite::Connection> {
     let conn = rusqlite::Connection::open(path)?;
     conn.execute_batch(SQLITE_PRAGMAS)?;
     conn.set_prepared_statement_cache_capacity(32);
-    Ok(Some(conn))
+    Ok(conn)
+}
+
+/// The native connection, reopened when a batch lost it (its thread panicked).
+struct NativeWriter {
+    path: std::path::PathBuf,
+    conn: Option<rusqlite::Connection>,
 }
 
 /// The SQLite writer: takes every write that is waiting and runs them in transactions — the
 /// native ones in one on the rusqlite connection, then the others in one through sqlx — each
 /// commit one fsync, then answers them all.
-async fn group_commit(mut conn: AnyConnection, mut native: Option<rusqlite::Connection>, mut rx: mpsc::Receiver<Job>) {
+async fn group_commit(mut conn: AnyConnection, mut native: Option<NativeWriter>, mut rx: mpsc::Receiver<Job>) {
     while let Some(first) = rx.recv().await {
         let mut jobs = vec![first];
         while jobs.len() < GROUP_MAX {
@@ -244,11 +254,14 @@ async fn group_commit(mut conn: AnyConnection, mut native: Option<rusqlite::Conn
                 Job::Sqlx(j) => others.push(j),
             }
         }
-        if !natives.is_empty() {
-            native = match native {
-                Some(n) => commit_native(n, natives).await,
-                None => None, // never sent without a native connection
-            };
+        // Never sent without a native writer. Without a connection (not reopened), the jobs
+        // are dropped and their callers answered `Unavailable`.
+        if let (false, Some(w)) = (natives.is_empty(), native.as_mut()) {
+            let reopened =
+                || open_native(&w.path).map_err(|e| tracing::error!(cause = %e, "cannot reopen SQLite")).ok();
+            if let Some(c) = w.conn.take().or_else(reopened) {
+                w.conn = commit_native(c, natives).await;
+            }
         }
         if !others.is_empty() {
             commit_sqlx(&mut conn, others).await;
