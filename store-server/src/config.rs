@@ -50,6 +50,9 @@ pub struct Config {
     /// Bytes of blob blocks an S3-backed server keeps in memory for reads (a blob never
     /// changes, so they never go stale); below 256 KiB, none.
     pub read_cache_bytes: u64,
+    /// Bytes of blob text kept JSON-escaped in memory, from which capped reads of plain text
+    /// are answered without reading or escaping them again; below 64 KiB, none.
+    pub text_cache_bytes: u64,
 }
 
 impl Config {
@@ -76,6 +79,7 @@ impl Config {
             storage_reserve_bytes: 16 << 20,
             stream_poll_interval: Duration::from_millis(100),
             read_cache_bytes: 256 << 20,
+            text_cache_bytes: 256 << 20,
         }
     }
 

@@ -27,6 +27,7 @@ mod structure;
 pub mod testing;
 #[cfg(feature = "testing")]
 mod testing_backend;
+mod text;
 pub mod upload;
 
 pub use config::Config;

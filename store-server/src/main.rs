@@ -89,6 +89,9 @@ struct ServeOpts {
     /// Bytes of blob blocks kept in memory for reads when the blobs are on S3 (0: none).
     #[arg(long, env = "SPILLWAY_READ_CACHE_BYTES", default_value_t = 256 << 20)]
     read_cache_bytes: u64,
+    /// Bytes of blob text kept JSON-escaped in memory for capped reads (0: none).
+    #[arg(long, env = "SPILLWAY_TEXT_CACHE_BYTES", default_value_t = 256 << 20)]
+    text_cache_bytes: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -165,6 +168,7 @@ impl ServeOpts {
         c.max_connections = self.max_connections.max(1);
         c.storage_reserve_bytes = self.storage_reserve_bytes;
         c.read_cache_bytes = self.read_cache_bytes;
+        c.text_cache_bytes = self.text_cache_bytes;
     }
 }
 

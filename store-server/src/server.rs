@@ -31,7 +31,8 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
     } else {
         crate::reserve::Reserve::none()
     };
-    Ok(AppState {
+    Ok(AppState::new(crate::state::Shared {
+        text: crate::text::TextCache::new(config.text_cache_bytes).map(Arc::new),
         reserve: Arc::new(reserve),
         visibility,
         db,
@@ -42,7 +43,8 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
         token_cache: Default::default(),
         blob_rows: Default::default(),
         races: Default::default(),
-    })
+        escaped_pages: Default::default(),
+    }))
 }
 
 /// On a first start (no tokens at all) creates an all-scopes token for namespace `default`

@@ -11,9 +11,27 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::Db;
 
-/// Shared by all handlers; cheap to clone.
+/// Shared by all handlers; one reference count to clone (axum clones it for every extractor).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    /// The state of one server.
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What [`AppState`] holds.
+pub struct Shared {
     /// Metadata: blobs, references, streams, tokens (SQLite or PostgreSQL).
     pub db: Db,
     /// Where blob bytes are stored: local disk or S3.
@@ -33,6 +51,10 @@ pub struct AppState {
     pub token_cache: Arc<TokenCache>,
     /// Space kept back for deletes on a full disk (embedded store only).
     pub reserve: Arc<crate::reserve::Reserve>,
+    /// Blob text kept escaped for capped reads (`None`: disabled).
+    pub(crate) text: Option<Arc<crate::text::TextCache>>,
+    /// Capped reads answered from the text cache (tests show the path runs).
+    pub escaped_pages: std::sync::atomic::AtomicU64,
     /// How often uploads met retention deleting the same content (tests show the branches run).
     pub races: Arc<UploadRaces>,
 }

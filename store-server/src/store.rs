@@ -15,6 +15,7 @@ use crate::blobs::BlobStore;
 use crate::db::BlobRow;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::text::{EscapedPage, TextBlob};
 
 /// Resolves a digest in the caller's namespace, or `404` exactly as if it did not exist.
 pub async fn visible(state: &AppState, ns: &Namespace, d: &AnyDigest) -> ApiResult<Arc<BlobRow>> {
@@ -37,6 +38,23 @@ pub async fn visible(state: &AppState, ns: &Namespace, d: &AnyDigest) -> ApiResu
     let row = Arc::new(state.db.blob_row(digest).await?.ok_or_else(not_found)?);
     state.blob_rows.put(row.clone());
     Ok(row)
+}
+
+/// The byte page `offset`/`limit` of a stored blob from its escaped text (`text.rs`), or
+/// `None` when that page is to be cut the usual way (a small inline blob, no text cache, a
+/// page that is not plain text).
+pub(crate) async fn escaped_page(
+    state: &AppState,
+    row: &BlobRow,
+    offset: u64,
+    limit: u64,
+) -> ApiResult<Option<EscapedPage>> {
+    let (Some(text), None) = (&state.text, &row.inline_data) else {
+        return Ok(None);
+    };
+    let blob = TextBlob { digest: &row.digest, size: row.size, lines: row.lines, line_index: &row.line_index };
+    let fetch = |r: std::ops::Range<u64>| state.blobs.get_range(&row.digest, row.size, r);
+    Ok(text.byte_page(blob, offset, limit, fetch).await?)
 }
 
 /// A stored blob as a read source.

@@ -309,9 +309,7 @@ pub async fn byte_page<E: SourceError>(
     Ok(finish_page(src, offset, start_line, content, capped))
 }
 
-/// Fills in a page's cursors from what it shows. The cursor rule: `next_line` only when the
-/// page ends at the end of a line, so a reader that follows `next_line` when given and
-/// `next_offset` otherwise reads every byte exactly once.
+/// Fills in a page's cursors from what it shows (see [`Shown::page`]).
 fn finish_page<E: SourceError>(
     src: &dyn Source<Error = E>,
     offset: u64,
@@ -319,28 +317,69 @@ fn finish_page<E: SourceError>(
     content: Content,
     capped: bool,
 ) -> ReadPage {
-    let size = src.size();
     let Content { text, used, lossy, .. } = content;
-    let page_end = offset + used as u64;
-    let eof = page_end == size;
-    // Replacement never makes or removes a `\n`: the text's newlines are the raw bytes'.
-    let shown_newlines = newlines(text.as_bytes());
-    let ends_line = text.ends_with('\n');
-    let end_line = if ends_line { start_line + shown_newlines - 1 } else { start_line + shown_newlines };
-    ReadPage {
-        digest: src.digest(),
-        total_size: size,
+    let shown = Shown {
+        size: src.size(),
         total_lines: src.total_lines(),
         offset,
-        length: used as u64,
-        next_offset: (!eof).then_some(page_end),
-        eof,
+        used: used as u64,
         start_line,
-        end_line: end_line.max(start_line),
-        next_line: (!eof && ends_line).then_some(end_line + 1),
-        capped,
+        // Replacement never makes or removes a `\n`: the text's newlines are the raw bytes'.
+        newlines: newlines(text.as_bytes()),
+        ends_line: text.ends_with('\n'),
         lossy,
-        content: text,
+        capped,
+    };
+    shown.page(src.digest(), text)
+}
+
+/// What a page shows of its source, from which its line numbers and cursors follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shown {
+    /// Size of the source.
+    pub size: u64,
+    /// Lines of the source.
+    pub total_lines: u64,
+    /// Where the page starts.
+    pub offset: u64,
+    /// Raw bytes it covers.
+    pub used: u64,
+    /// The 1-based line it starts in.
+    pub start_line: u64,
+    /// `\n` bytes in it.
+    pub newlines: u64,
+    /// Whether its last byte is a `\n`.
+    pub ends_line: bool,
+    /// Whether invalid UTF-8 was replaced.
+    pub lossy: bool,
+    /// Whether the cap stopped it short of what was asked.
+    pub capped: bool,
+}
+
+impl Shown {
+    /// The page with `content` as its text. The cursor rule: `next_line` only when the page
+    /// ends at the end of a line, so a reader that follows `next_line` when given and
+    /// `next_offset` otherwise reads every byte exactly once.
+    pub fn page(&self, digest: Option<String>, content: String) -> ReadPage {
+        let page_end = self.offset + self.used;
+        let eof = page_end == self.size;
+        let (start_line, nl) = (self.start_line, self.newlines);
+        let end_line = if self.ends_line { start_line + nl - 1 } else { start_line + nl };
+        ReadPage {
+            digest,
+            total_size: self.size,
+            total_lines: self.total_lines,
+            offset: self.offset,
+            length: self.used,
+            next_offset: (!eof).then_some(page_end),
+            eof,
+            start_line,
+            end_line: end_line.max(start_line),
+            next_line: (!eof && self.ends_line).then_some(end_line + 1),
+            capped: self.capped,
+            lossy: self.lossy,
+            content,
+        }
     }
 }
 

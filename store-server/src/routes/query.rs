@@ -73,6 +73,12 @@ impl ReadQuery {
         }
     }
 
+    /// `(offset, limit)` of a byte page; `None` for a line page.
+    pub(crate) fn byte_page(&self) -> Option<(u64, u64)> {
+        let line_page = self.line.or(self.lines).is_some();
+        (!line_page).then(|| (self.offset.unwrap_or(0), self.limit.unwrap_or(READ_CAP as u64)))
+    }
+
     pub(crate) fn wait_ms(&self) -> Option<u64> {
         self.wait_ms
     }
@@ -99,9 +105,14 @@ where
         (_, Some(line)) => page::line_page(src, line, q.lines.unwrap_or(DEFAULT_PAGE_LINES)).await?,
         (offset, None) => page::byte_page(src, offset.unwrap_or(0), q.limit.unwrap_or(READ_CAP as u64)).await?,
     };
+    count_page(&page);
+    Ok(page)
+}
+
+/// Counts a page served in the metrics.
+pub(crate) fn count_page(page: &ReadPage) {
     if page.capped {
         metrics::counter!("spillway_read_capped_total").increment(1);
     }
     metrics::counter!("spillway_bytes_out_total").increment(page.length);
-    Ok(page)
 }

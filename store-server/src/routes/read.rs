@@ -1,16 +1,17 @@
 //! `/v1/blobs/{digest}/read` and `/grep`: the capped read path over a stored blob.
 
 use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use spillway_api::{GrepResponse, ReadPage};
 
 use super::extract::{parse_digest, Q};
-use super::query::{page_of, GrepQuery, ReadQuery};
+use super::query::{count_page, page_of, GrepQuery, ReadQuery};
 use crate::auth::{Caller, Scope};
 use crate::error::ApiResult;
-use crate::json::PageJson;
+use crate::json::{EscapedJson, PageJson};
 use crate::state::AppState;
-use crate::store::{visible, BlobSource};
+use crate::store::{escaped_page, visible, BlobSource};
 use spillway_api::paging as page;
 
 /// `GET /v1/blobs/{digest}/read`: a byte or line page, never over 100,000 bytes of content.
@@ -21,14 +22,22 @@ pub(super) async fn read_blob(
     caller: Caller,
     Path(raw): Path<String>,
     Q(q): Q<ReadQuery>,
-) -> ApiResult<PageJson> {
+) -> ApiResult<Response> {
     caller.require(Scope::Read)?;
     let d = parse_digest(&raw)?;
     q.check()?;
     // wait_ms is accepted and has nothing to wait for: a blob is complete.
     let row = visible(&state, &caller.namespace, &d).await?;
+    if let Some((offset, limit)) = q.byte_page() {
+        if let Some(page) = escaped_page(&state, &row, offset, limit).await? {
+            count_page(&page.page);
+            metrics::counter!("spillway_read_escaped_pages_total").increment(1);
+            state.escaped_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Ok(EscapedJson(page).into_response());
+        }
+    }
     let src = BlobSource::new(&state, &row)?;
-    Ok(PageJson(page_of(&src, &q).await?))
+    Ok(PageJson(page_of(&src, &q).await?).into_response())
 }
 
 /// `GET /v1/blobs/{digest}/grep`: matching lines, capped and resumable.

@@ -33,6 +33,41 @@ async fn pages_read_again_come_from_the_block_cache() {
 }
 
 #[tokio::test]
+async fn capped_reads_from_escaped_text_are_the_usual_pages() {
+    use std::sync::atomic::Ordering;
+    let plain = TestServer::start_with(|c| c.text_cache_bytes = 0).await;
+    let srv = TestServer::start().await;
+    // Quotes, tabs, control bytes and characters of 2, 3 and 4 bytes on every line; one
+    // invalid byte (its pages are lossy, and cut the usual way).
+    let mut data: Vec<u8> = (0..40_000).flat_map(|i| format!("{i}\t\"é€😀\" \\ \u{1}x\r\n").into_bytes()).collect();
+    data[777_777] = 0xFF;
+    let size = data.len() as u64;
+    let data = Bytes::from(data);
+    let d = srv.client().put(data.clone(), &UploadOptions::default()).await.unwrap().digest;
+    assert_eq!(plain.client().put(data, &UploadOptions::default()).await.unwrap().digest, d);
+    let mut asks: Vec<(u64, u64)> =
+        (0..60).map(|i| (i * 20_011 % size, [1, 7, 4096, 100_000, 1_000_000][i as usize % 5])).collect();
+    asks.extend([(0, 100_000), (65_535, 100_000), (65_536, 3), (777_700, 100_000), (size - 5, 100_000), (size, 10)]);
+    for (offset, limit) in asks {
+        let path = format!("/v1/blobs/{d}/read?offset={offset}&limit={limit}");
+        let get = |s: &TestServer| {
+            let r = s.client().request(Method::GET, &path).send();
+            async move {
+                let r = r.await.unwrap();
+                (r.status(), r.bytes().await.unwrap())
+            }
+        };
+        let (want, got) = (get(&plain).await, get(&srv).await);
+        assert_eq!(String::from_utf8_lossy(&got.1), String::from_utf8_lossy(&want.1), "offset {offset} limit {limit}");
+        assert_eq!(got.0, want.0);
+    }
+    assert_eq!(plain.state.escaped_pages.load(Ordering::Relaxed), 0);
+    assert!(srv.state.escaped_pages.load(Ordering::Relaxed) > 30, "most pages came from the escaped text");
+    plain.stop().await;
+    srv.stop().await;
+}
+
+#[tokio::test]
 async fn byte_pages_are_capped_and_concatenate() {
     let srv = TestServer::start().await;
     let c = srv.client();

@@ -1,0 +1,496 @@
+//! `TextCache`: blobs' text kept JSON-escaped, in blocks, so that a capped read of plain text
+//! writes its `content` from memory as it is — no read of the file, no escaping, no copy.
+//! Escaping was the largest cost of a capped read (every line's `\n` breaks the SIMD run), and
+//! reading the bytes out of the page cache the next; a blob never changes, so a block escaped
+//! once serves every later page over it, and nothing is ever invalidated.
+//!
+//! A page the blocks cannot answer exactly as `paging::byte_page` would (invalid UTF-8, a
+//! character cut at the page's start, a limit smaller than one character) is left to it: the
+//! caller cuts that page the usual way. The property tests check the two agree byte for byte.
+
+use std::future::Future;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use spillway_api::paging::lines::LineIndex;
+use spillway_api::paging::{utf8_cut, Shown};
+use spillway_api::{Digest, ReadPage, READ_CAP};
+
+/// Raw bytes per block: a capped read spans two or three.
+const BLOCK: u64 = 64 << 10;
+/// Raw bytes between two marks of a block: finding a position steps over at most this many.
+const MARK: usize = 256;
+
+/// A blob as the cache needs to know it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TextBlob<'a> {
+    pub digest: &'a Digest,
+    pub size: u64,
+    /// Lines in the whole blob.
+    pub lines: u64,
+    /// Its encoded line index: where a block's first line number is counted from.
+    pub line_index: &'a [u8],
+}
+
+/// A byte page whose `content` is escaped already: `page.content` is empty, and the escaped
+/// text is `content`, in order.
+#[derive(Debug)]
+pub(crate) struct EscapedPage {
+    pub page: ReadPage,
+    pub content: Vec<Bytes>,
+}
+
+/// One block of a blob: its bytes as the text of a JSON string, and where its raw positions
+/// and lines fall in that text.
+#[derive(Debug)]
+struct TextBlock {
+    /// The block's bytes, escaped as a JSON string's content (no quotes); empty unless `text`.
+    esc: Bytes,
+    /// For raw offsets `0, MARK, 2 * MARK, …` up to the block's length: (offset in `esc`,
+    /// `\n` bytes before it in the block).
+    marks: Vec<(u32, u32)>,
+    /// `\n` bytes in the blob before the block.
+    first_line: u64,
+    /// Whether the block is UTF-8, apart from the pieces of characters its two edges cut.
+    text: bool,
+    /// Continuation bytes the block starts with (of a character the block before began).
+    head: Piece,
+    /// The start of a character the block ends in the middle of.
+    tail: Piece,
+}
+
+/// Up to three bytes of a character cut by a block's edge.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Piece {
+    bytes: [u8; 3],
+    len: u8,
+}
+
+impl Piece {
+    fn of(b: &[u8]) -> Option<Self> {
+        let mut bytes = [0; 3];
+        bytes.get_mut(..b.len())?.copy_from_slice(b);
+        Some(Self { bytes, len: b.len() as u8 })
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+/// Extra bytes a byte takes escaped (`\n` → 2 bytes, other control bytes → `\u00XX`),
+/// written as arithmetic so that the loop over a mark's bytes vectorises.
+fn escape_extra(chunk: &[u8]) -> u32 {
+    chunk
+        .iter()
+        .map(|&b| {
+            let control = u32::from(b < 0x20);
+            let short = u32::from(matches!(b, 0x08 | 0x09 | 0x0A | 0x0C | 0x0D));
+            let quote = u32::from(b == b'"' || b == b'\\');
+            control * 5 - short * 4 + quote
+        })
+        .sum()
+}
+
+/// The raw byte an escaped sequence at the start of `esc` stands for, and the sequence's length.
+fn unescape(esc: &[u8]) -> (u8, usize) {
+    match esc {
+        [b'\\', b'u', _, _, hi, lo, ..] => (hex(*hi) << 4 | hex(*lo), 6),
+        [b'\\', c, ..] => {
+            let raw = match c {
+                b'b' => 0x08,
+                b't' => b'\t',
+                b'n' => b'\n',
+                b'f' => 0x0C,
+                b'r' => b'\r',
+                other => *other, // `"` and `\`
+            };
+            (raw, 2)
+        }
+        [b, ..] => (*b, 1),
+        [] => (0, 0),
+    }
+}
+
+fn hex(c: u8) -> u8 {
+    match c {
+        b'0'..=b'9' => c - b'0',
+        _ => c.wrapping_sub(b'a').wrapping_add(10) & 0x0F,
+    }
+}
+
+fn is_continuation(b: u8) -> bool {
+    b & 0xC0 == 0x80
+}
+
+impl TextBlock {
+    /// The block made of `raw`, whose first byte follows `first_line` newlines in the blob.
+    fn build(raw: &[u8], first_line: u64) -> Self {
+        let not_text = || Self {
+            esc: Bytes::new(),
+            marks: Vec::new(),
+            first_line,
+            text: false,
+            head: Piece::default(),
+            tail: Piece::default(),
+        };
+        let head_len = raw.iter().take(4).take_while(|b| is_continuation(**b)).count();
+        let cut = utf8_cut(raw);
+        let (Some(head), Some(tail)) = (Piece::of(&raw[..head_len]), Piece::of(&raw[cut.max(head_len)..])) else {
+            return not_text();
+        };
+        let Ok(inner) = simdutf8::basic::from_utf8(&raw[head_len..cut.max(head_len)]) else {
+            return not_text();
+        };
+        let mut esc = Vec::with_capacity(raw.len() * 6 + 64);
+        esc.extend_from_slice(head.as_slice());
+        let fmt = &mut sonic_rs::format::CompactFormatter;
+        if sonic_rs::format::Formatter::write_string_fast(fmt, &mut esc, inner, false).is_err() {
+            return not_text();
+        }
+        esc.extend_from_slice(tail.as_slice());
+        let mut marks = Vec::with_capacity(raw.len() / MARK + 1);
+        let (mut at, mut newlines) = (0u32, 0u32);
+        marks.push((0, 0));
+        for chunk in raw.chunks(MARK) {
+            at += chunk.len() as u32 + escape_extra(chunk);
+            newlines += memchr::memchr_iter(b'\n', chunk).count() as u32;
+            if chunk.len() == MARK {
+                marks.push((at, newlines));
+            }
+        }
+        // The marks count what the escaper wrote; were they ever to disagree, the block is
+        // left to the usual path rather than served wrong.
+        if at as usize != esc.len() {
+            return not_text();
+        }
+        Self { esc: Bytes::from(esc), marks, first_line, text: true, head, tail }
+    }
+
+    /// For raw offset `rel` of the block (up to its length): its offset in `esc` and the
+    /// `\n` bytes before it in the block.
+    fn locate(&self, rel: usize) -> (usize, u64) {
+        let (at, newlines) = self.marks[rel / MARK];
+        let (mut at, mut newlines, mut left) = (at as usize, u64::from(newlines), rel % MARK);
+        // Every byte of `esc` before the next backslash is one raw byte: jump from escape to escape.
+        while left > 0 {
+            let ahead = &self.esc[at..(at + left).min(self.esc.len())];
+            let Some(plain) = memchr::memchr(b'\\', ahead) else {
+                at += ahead.len();
+                break;
+            };
+            at += plain;
+            left -= plain;
+            if left > 0 {
+                let (raw, len) = unescape(&self.esc[at..]);
+                newlines += u64::from(raw == b'\n');
+                at += len;
+                left -= 1;
+            }
+        }
+        (at, newlines)
+    }
+
+    /// The raw byte at offset `rel` of the block.
+    fn byte(&self, rel: usize) -> u8 {
+        unescape(&self.esc[self.locate(rel).0..]).0
+    }
+
+    fn weight(&self) -> u64 {
+        (self.esc.len() + self.marks.len() * 8 + 128) as u64
+    }
+}
+
+/// Weighs a block by the memory it holds, so the capacity is in bytes.
+#[derive(Clone, Copy, Debug)]
+struct ByWeight;
+
+impl quick_cache::Weighter<(Digest, u64), Arc<TextBlock>> for ByWeight {
+    fn weight(&self, _: &(Digest, u64), block: &Arc<TextBlock>) -> u64 {
+        block.weight()
+    }
+}
+
+/// Escaped blocks of blobs by (digest, block number), at most the capacity in bytes.
+pub(crate) struct TextCache {
+    blocks: quick_cache::sync::Cache<(Digest, u64), Arc<TextBlock>, ByWeight>,
+    block: u64,
+}
+
+impl std::fmt::Debug for TextCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TextCache({} of {} bytes)", self.blocks.weight(), self.blocks.capacity())
+    }
+}
+
+/// The blocks a page's bytes lie in, and the positions found in them.
+struct Span {
+    first: u64,
+    block: u64,
+    blocks: Vec<Arc<TextBlock>>,
+}
+
+impl Span {
+    /// The block holding the byte before `pos` (`before`) or at it, and `pos` within it.
+    fn at(&self, pos: u64, before: bool) -> (&TextBlock, usize) {
+        let k = if before { (pos - 1) / self.block } else { pos / self.block };
+        (&self.blocks[(k - self.first) as usize], (pos - k * self.block) as usize)
+    }
+
+    fn byte(&self, pos: u64) -> u8 {
+        let (b, rel) = self.at(pos, false);
+        b.byte(rel)
+    }
+
+    /// Where a page from `offset` asked to end at `end` ends, as `byte_page` cuts it: never
+    /// inside a character, unless at the end of the blob (`None`: that page is lossy, or
+    /// shorter than one character).
+    fn stop(&self, offset: u64, end: u64, size: u64) -> Option<u64> {
+        if end == size {
+            return (self.at(end, true).0.tail.len == 0).then_some(end);
+        }
+        let from = end.saturating_sub(4).max(offset);
+        let last: Vec<u8> = (from..end).map(|p| self.byte(p)).collect();
+        match utf8_cut(&last) {
+            n if n == last.len() => Some(end),
+            0 if from == offset => None,
+            n => Some(from + n as u64),
+        }
+    }
+
+    /// Whether the characters cut by the block edges inside `offset..stop` are whole across them.
+    fn whole_across_edges(&self, offset: u64, stop: u64) -> bool {
+        (offset / self.block + 1..=(stop - 1) / self.block).all(|k| {
+            let edge = k * self.block;
+            let (prev, next) = (self.at(edge, true).0, self.at(edge, false).0);
+            std::str::from_utf8(&[prev.tail.as_slice(), next.head.as_slice()].concat()).is_ok()
+        })
+    }
+
+    /// The escaped text from `start_at` in the first block to `stop` (at `stop_at` in its block).
+    fn content(&self, start_at: usize, stop: u64, stop_at: usize) -> Vec<Bytes> {
+        let last = (stop - 1) / self.block;
+        let blocks = self.blocks.iter().zip(self.first..=last);
+        blocks
+            .map(|(b, k)| {
+                let from = if k == self.first { start_at } else { 0 };
+                b.esc.slice(from..if k == last { stop_at } else { b.esc.len() })
+            })
+            .collect()
+    }
+
+    /// `\n` bytes in the blob before `pos`, and where `pos` is in its block's `esc`.
+    fn locate(&self, pos: u64, before: bool) -> (u64, usize) {
+        let (b, rel) = self.at(pos, before);
+        let (at, newlines) = b.locate(rel);
+        (b.first_line + newlines, at)
+    }
+}
+
+impl TextCache {
+    /// A cache of `capacity` bytes; `None` when that is less than one block (no cache).
+    pub(crate) fn new(capacity: u64) -> Option<Self> {
+        Self::with_block(capacity, BLOCK)
+    }
+
+    fn with_block(capacity: u64, block: u64) -> Option<Self> {
+        (capacity >= block).then(|| Self {
+            blocks: quick_cache::sync::Cache::with_weighter((capacity / block).max(1) as usize, capacity, ByWeight),
+            block,
+        })
+    }
+
+    /// The byte page `offset`/`limit` of `blob` with its content escaped, as
+    /// `paging::byte_page` cuts it; `None` when that page is not plain text from these blocks
+    /// (the caller cuts it the usual way). Missing blocks are read with `fetch` (a range of
+    /// the blob), escaped and kept.
+    pub(crate) async fn byte_page<F, Fut, E>(
+        &self,
+        blob: TextBlob<'_>,
+        offset: u64,
+        limit: u64,
+        fetch: F,
+    ) -> Result<Option<EscapedPage>, E>
+    where
+        F: Fn(Range<u64>) -> Fut,
+        Fut: Future<Output = Result<Bytes, E>>,
+    {
+        let size = blob.size;
+        if offset >= size {
+            return Ok(None);
+        }
+        let end = size.min(offset.saturating_add(limit.clamp(1, READ_CAP as u64)));
+        let first = offset / self.block;
+        let blocks =
+            futures::future::try_join_all((first..=(end - 1) / self.block).map(|k| self.get_block(blob, k, &fetch)))
+                .await?;
+        if blocks.iter().any(|b| !b.text) {
+            return Ok(None);
+        }
+        let span = Span { first, block: self.block, blocks };
+        if is_continuation(span.byte(offset)) {
+            return Ok(None); // a page that starts inside a character is lossy
+        }
+        let Some(stop) = span.stop(offset, end, size) else {
+            return Ok(None);
+        };
+        if !span.whole_across_edges(offset, stop) {
+            return Ok(None);
+        }
+        let (before, start_at) = span.locate(offset, false);
+        let (through, stop_at) = span.locate(stop, true);
+        let shown = Shown {
+            size,
+            total_lines: blob.lines,
+            offset,
+            used: stop - offset,
+            start_line: 1 + before,
+            newlines: through - before,
+            ends_line: span.byte(stop - 1) == b'\n',
+            lossy: false,
+            capped: limit > READ_CAP as u64 && stop < size.min(offset.saturating_add(limit)),
+        };
+        let content = span.content(start_at, stop, stop_at);
+        Ok(Some(EscapedPage { page: shown.page(Some(blob.digest.to_string()), String::new()), content }))
+    }
+
+    /// Block `k` of `blob`, from the cache or read, escaped and kept now (once, however many
+    /// readers ask for it at the same time).
+    async fn get_block<F, Fut, E>(&self, blob: TextBlob<'_>, k: u64, fetch: &F) -> Result<Arc<TextBlock>, E>
+    where
+        F: Fn(Range<u64>) -> Fut,
+        Fut: Future<Output = Result<Bytes, E>>,
+    {
+        let key = (*blob.digest, k);
+        self.blocks
+            .get_or_insert_async(&key, async {
+                let (start, stop) = (k * self.block, ((k + 1) * self.block).min(blob.size));
+                // Its first line: counted from the checkpoint at or before it.
+                let cp = LineIndex::decode(blob.line_index).for_offset(start);
+                let raw = fetch(cp.offset..stop).await?;
+                let Some(block) = raw.get((start - cp.offset) as usize..).filter(|b| b.len() as u64 == stop - start)
+                else {
+                    // A short read: nothing kept that the usual path would not say.
+                    return Ok(Arc::new(TextBlock::build(&[0xFF], 0)));
+                };
+                let before = &raw[..(start - cp.offset) as usize];
+                let first_line = cp.newlines + memchr::memchr_iter(b'\n', before).count() as u64;
+                Ok(Arc::new(TextBlock::build(block, first_line)))
+            })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::{EscapedJson, PageJson};
+    use axum::response::IntoResponse;
+    use proptest::prelude::*;
+    use spillway_api::paging::lines::LineIndexBuilder;
+    use spillway_api::paging::{byte_page, MemorySource};
+
+    /// The page as `byte_page` cuts it and `PageJson` writes it, and as the cache writes it
+    /// (`None` when the cache leaves it to the usual path).
+    fn both(data: &[u8], cache: &TextCache, offset: u64, limit: u64) -> (Vec<u8>, Option<Vec<u8>>) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let bytes = Bytes::copy_from_slice(data);
+        let src = MemorySource::new(bytes.clone());
+        let mut b = LineIndexBuilder::default();
+        b.update(data);
+        let (lines, index) = (b.lines(), b.finish());
+        let digest = Digest::of(data);
+        let slow = rt.block_on(byte_page(&src, offset, limit)).unwrap();
+        let mut slow = spillway_api::ReadPage { digest: Some(digest.to_string()), ..slow };
+        slow.total_lines = lines;
+        let blob = TextBlob { digest: &digest, size: data.len() as u64, lines, line_index: &index.encode() };
+        let fetch = |r: Range<u64>| {
+            let part = bytes.slice(r.start as usize..r.end as usize);
+            async move { Ok::<_, std::convert::Infallible>(part) }
+        };
+        let fast = rt.block_on(cache.byte_page(blob, offset, limit, fetch)).unwrap();
+        let body = |r: axum::response::Response| {
+            let len = r.headers().get("content-length").map(|v| v.to_str().unwrap().parse::<usize>().unwrap());
+            let body = rt.block_on(axum::body::to_bytes(r.into_body(), usize::MAX)).unwrap().to_vec();
+            assert_eq!(len.unwrap_or(body.len()), body.len());
+            body
+        };
+        let fast = fast.map(|p| body(EscapedJson(p).into_response()));
+        (body(PageJson(slow).into_response()), fast)
+    }
+
+    fn text() -> impl Strategy<Value = Vec<u8>> {
+        let piece = prop_oneof![
+            6 => "[a-z ]{0,40}\n".prop_map(String::into_bytes),
+            2 => "[\"\\\\\t\r\\x00-\\x1f\\x7f]{1,4}".prop_map(String::into_bytes),
+            2 => "[é€😀ñ]{1,5}".prop_map(String::into_bytes),
+            1 => proptest::collection::vec(any::<u8>(), 1..3),
+        ];
+        proptest::collection::vec(piece, 0..60).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        #[test]
+        fn pages_from_escaped_blocks_are_the_usual_pages_byte_for_byte(
+            data in text(), block in prop_oneof![Just(8u64), Just(64), Just(300), Just(4096)],
+            at in 0usize..1000, limit in prop_oneof![1u64..12, 1u64..400, Just(100_000), Just(200_000)],
+        ) {
+            let cache = TextCache::with_block(1 << 20, block).unwrap();
+            let offset = (at % (data.len() + 1)) as u64;
+            let (slow, fast) = both(&data, &cache, offset, limit);
+            if let Some(fast) = fast {
+                prop_assert_eq!(String::from_utf8_lossy(&fast), String::from_utf8_lossy(&slow));
+            }
+            if offset < data.len() as u64 && data.is_ascii() {
+                let (_, again) = both(&data, &cache, offset, limit);
+                prop_assert!(again.is_some(), "plain ASCII is always served from the blocks");
+            }
+        }
+    }
+
+    #[test]
+    fn every_page_of_a_log_comes_from_the_blocks_and_reads_the_same() {
+        let log: Vec<u8> =
+            (0..3000).flat_map(|i| format!("{i} \"é\" \\ line\t{}\n", "x".repeat(i % 50)).into_bytes()).collect();
+        let cache = TextCache::with_block(1 << 24, 4096).unwrap();
+        for offset in (0..log.len() as u64).step_by(997) {
+            for limit in [1, 100, 5000, 100_000, 300_000] {
+                let (slow, fast) = both(&log, &cache, offset, limit);
+                let at = log[offset as usize];
+                if is_continuation(at) || (limit == 1 && at >= 0x80) {
+                    assert!(fast.is_none(), "a page starting inside a character is lossy, and left to byte_page");
+                    continue;
+                }
+                assert_eq!(fast.as_deref(), Some(&slow[..]), "offset {offset} limit {limit}");
+            }
+        }
+        // Full-size blocks too (marks on every 256 bytes).
+        let cache = TextCache::new(1 << 24).unwrap();
+        let (slow, fast) = both(&log, &cache, 70_001, 100_000);
+        assert_eq!(fast.as_deref(), Some(&slow[..]));
+    }
+
+    #[test]
+    fn lossy_pages_are_left_to_the_usual_path() {
+        let mut data = b"plain text\n".repeat(100);
+        data[500] = 0xFF;
+        let cache = TextCache::with_block(1 << 20, 256).unwrap();
+        assert!(both(&data, &cache, 400, 200).1.is_none(), "the invalid byte is in the page");
+        assert!(both(&data, &cache, 0, 100).1.is_some(), "a block without it");
+        let mut cut = b"abc".repeat(100);
+        cut.extend("é".as_bytes().first());
+        assert!(both(&cut, &cache, 250, 1000).1.is_none(), "the blob ends inside a character");
+    }
+
+    #[test]
+    fn escape_extra_agrees_with_the_escaper() {
+        for b in 0..=255u8 {
+            let Ok(s) = std::str::from_utf8(std::slice::from_ref(&b)) else { continue };
+            let escaped = sonic_rs::to_string(s).unwrap();
+            assert_eq!(escaped.len() - 2, 1 + escape_extra(&[b]) as usize, "byte {b:#x}");
+            assert_eq!(unescape(&escaped.as_bytes()[1..]), (b, escaped.len() - 2), "byte {b:#x}");
+        }
+    }
+}
