@@ -8,10 +8,16 @@ start_spillway() {
     "${SPILLWAY_SERVER_BIN:-target/release/spillway-server}" &
   spw=$!
   trap 'kill $spw 2>/dev/null; wait 2>/dev/null' EXIT
-  for _ in $(seq 100); do
-    [ -f "$dir/token" ] && curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break
-    sleep 0.1
-  done
+  wait_ready "$dir" "$port"
   SPILLWAY_TOKEN=$(cat "$dir/token")
   export SPILLWAY_TOKEN
+}
+
+# wait_ready DIR PORT: returns once the server with its data in DIR answers on PORT and has
+# written its first token (or after 10 s).
+wait_ready() {
+  for _ in $(seq 100); do
+    [ -f "$1/token" ] && curl -s -o /dev/null "http://127.0.0.1:$2/healthz" && return
+    sleep 0.1
+  done
 }

@@ -6,6 +6,8 @@
 # Usage: bench/run-ab.sh BASE_BINARY [read|put|get]   (BASE: e.g. a release build of an earlier commit)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/common.sh
+. bench/common.sh
 base=$1
 mode=${2:-read}
 cargo build --release -q -p spillway-server -p spillway-bench
@@ -19,11 +21,8 @@ start() { # name, binary, port
 a=$(start base "$base" 17801)
 b=$(start head target/release/spillway-server 17802)
 trap 'kill $a $b 2>/dev/null; wait 2>/dev/null' EXIT
-for _ in $(seq 100); do
-  [ -f "$work/base/token" ] && [ -f "$work/head/token" ] && curl -s -o /dev/null http://127.0.0.1:17801/healthz \
-    && curl -s -o /dev/null http://127.0.0.1:17802/healthz && break
-  sleep 0.1
-done
+wait_ready "$work/base" 17801
+wait_ready "$work/head" 17802
 out="$work/results.jsonl"
 : > "$out"
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime of a process, in clock ticks

@@ -19,6 +19,14 @@ use spillway_api::{Digest, ReadPage, READ_CAP};
 
 /// Raw bytes per block: a capped read spans two or three.
 const BLOCK: u64 = 64 << 10;
+/// What a thread keeps of its escaping buffer between blocks: enough for a block of text.
+const SCRATCH_KEPT: usize = 6 * BLOCK as usize + 64;
+
+thread_local! {
+    /// Where a block is escaped before it is copied out at its size.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Raw bytes between two marks of a block: finding a position steps over at most this many.
 const MARK: usize = 256;
 
@@ -79,18 +87,33 @@ impl Piece {
     }
 }
 
-/// Extra bytes a byte takes escaped (`\n` → 2 bytes, other control bytes → `\u00XX`),
-/// written as arithmetic so that the loop over a mark's bytes vectorises.
-fn escape_extra(chunk: &[u8]) -> u32 {
-    chunk
-        .iter()
-        .map(|&b| {
-            let control = u32::from(b < 0x20);
-            let short = u32::from(matches!(b, 0x08 | 0x09 | 0x0A | 0x0C | 0x0D));
-            let quote = u32::from(b == b'"' || b == b'\\');
-            control * 5 - short * 4 + quote
-        })
-        .sum()
+/// Marks for the escaped text `esc` of `len` raw bytes: for raw offsets `0, MARK, 2 * MARK, …`
+/// up to `len`, (offset in `esc`, `\n` bytes before it); `None` if `esc` does not hold `len`
+/// raw bytes. Every byte before the next backslash is one raw byte, so the walk jumps from
+/// escape to escape (a log has one per line), not byte by byte.
+fn marks_of(esc: &[u8], len: usize) -> Option<Vec<(u32, u32)>> {
+    let mut marks = Vec::with_capacity(len / MARK + 1);
+    marks.push((0, 0));
+    let (mut raw, mut at, mut newlines, mut next) = (0usize, 0usize, 0u32, MARK);
+    loop {
+        let plain = memchr::memchr(b'\\', &esc[at..]).unwrap_or(esc.len() - at);
+        while next <= len && raw + plain >= next {
+            marks.push(((at + next - raw) as u32, newlines));
+            next += MARK;
+        }
+        (raw, at) = (raw + plain, at + plain);
+        if at == esc.len() {
+            break;
+        }
+        let (byte, width) = unescape(&esc[at..]);
+        newlines += u32::from(byte == b'\n');
+        (raw, at) = (raw + 1, at + width.max(1));
+        if raw == next && next <= len {
+            marks.push((at as u32, newlines));
+            next += MARK;
+        }
+    }
+    (raw == len).then_some(marks)
 }
 
 /// The raw byte an escaped sequence at the start of `esc` stands for, and the sequence's length.
@@ -143,29 +166,25 @@ impl TextBlock {
         let Ok(inner) = simdutf8::basic::from_utf8(&raw[head_len..cut.max(head_len)]) else {
             return not_text();
         };
-        let mut esc = Vec::with_capacity(raw.len() * 6 + 64);
-        esc.extend_from_slice(head.as_slice());
-        let fmt = &mut sonic_rs::format::CompactFormatter;
-        if sonic_rs::format::Formatter::write_string_fast(fmt, &mut esc, inner, false).is_err() {
+        // sonic-rs reserves six bytes out per byte in; the block keeps only what it wrote.
+        let esc = SCRATCH.with_borrow_mut(|out| {
+            out.clear();
+            out.extend_from_slice(head.as_slice());
+            let fmt = &mut sonic_rs::format::CompactFormatter;
+            let written = sonic_rs::format::Formatter::write_string_fast(fmt, out, inner, false);
+            out.extend_from_slice(tail.as_slice());
+            let esc = written.ok().map(|()| Bytes::copy_from_slice(out));
+            out.truncate(0);
+            out.shrink_to(SCRATCH_KEPT);
+            esc
+        });
+        let Some(esc) = esc else {
             return not_text();
-        }
-        esc.extend_from_slice(tail.as_slice());
-        let mut marks = Vec::with_capacity(raw.len() / MARK + 1);
-        let (mut at, mut newlines) = (0u32, 0u32);
-        marks.push((0, 0));
-        for chunk in raw.chunks(MARK) {
-            at += chunk.len() as u32 + escape_extra(chunk);
-            newlines += memchr::memchr_iter(b'\n', chunk).count() as u32;
-            if chunk.len() == MARK {
-                marks.push((at, newlines));
-            }
-        }
-        // The marks count what the escaper wrote; were they ever to disagree, the block is
-        // left to the usual path rather than served wrong.
-        if at as usize != esc.len() {
+        };
+        let Some(marks) = marks_of(&esc, raw.len()) else {
             return not_text();
-        }
-        Self { esc: Bytes::from(esc), marks, first_line, text: true, head, tail }
+        };
+        Self { esc, marks, first_line, text: true, head, tail }
     }
 
     /// For raw offset `rel` of the block (up to its length): its offset in `esc` and the
@@ -215,8 +234,16 @@ impl quick_cache::Weighter<(Digest, u64), Arc<TextBlock>> for ByWeight {
 /// Escaped blocks of blobs by (digest, block number), at most the capacity in bytes.
 pub(crate) struct TextCache {
     blocks: quick_cache::sync::Cache<(Digest, u64), Arc<TextBlock>, ByWeight>,
+    /// Blocks a page started in once, while not kept: escaping a block costs about three
+    /// times what cutting a page from the bytes does, so a block is escaped when a second page
+    /// starts in it. An agent reading a log through once (each 100 KB page starts in a
+    /// different 64 KiB block) costs what it did before; pages read again come from memory.
+    seen: quick_cache::sync::Cache<(Digest, u64), ()>,
     block: u64,
 }
+
+/// Blocks remembered as read once (a few megabytes).
+const SEEN: usize = 64 << 10;
 
 impl std::fmt::Debug for TextCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -297,13 +324,14 @@ impl TextCache {
     fn with_block(capacity: u64, block: u64) -> Option<Self> {
         (capacity >= block).then(|| Self {
             blocks: quick_cache::sync::Cache::with_weighter((capacity / block).max(1) as usize, capacity, ByWeight),
+            seen: quick_cache::sync::Cache::new(SEEN),
             block,
         })
     }
 
     /// The byte page `offset`/`limit` of `blob` with its content escaped, as
-    /// `paging::byte_page` cuts it; `None` when that page is not plain text from these blocks
-    /// (the caller cuts it the usual way). Missing blocks are read with `fetch` (a range of
+    /// `paging::byte_page` cuts it; `None` when that page is not plain text from these blocks,
+    /// or is the first to start in its block (the caller cuts it the usual way). Missing blocks are read with `fetch` (a range of
     /// the blob), escaped and kept.
     pub(crate) async fn byte_page<F, Fut, E>(
         &self,
@@ -322,6 +350,11 @@ impl TextCache {
         }
         let end = size.min(offset.saturating_add(limit.clamp(1, READ_CAP as u64)));
         let first = offset / self.block;
+        let key = (*blob.digest, first);
+        if self.blocks.get(&key).is_none() && self.seen.get(&key).is_none() {
+            self.seen.insert(key, ());
+            return Ok(None); // the first page to start in this block: cut from the bytes
+        }
         let blocks =
             futures::future::try_join_all((first..=(end - 1) / self.block).map(|k| self.get_block(blob, k, &fetch)))
                 .await?;
@@ -409,7 +442,8 @@ mod tests {
             let part = bytes.slice(r.start as usize..r.end as usize);
             async move { Ok::<_, std::convert::Infallible>(part) }
         };
-        let fast = rt.block_on(cache.byte_page(blob, offset, limit, fetch)).unwrap();
+        let once = rt.block_on(cache.byte_page(blob, offset, limit, fetch)).unwrap();
+        let fast = once.or_else(|| rt.block_on(cache.byte_page(blob, offset, limit, fetch)).unwrap());
         let body = |r: axum::response::Response| {
             let len = r.headers().get("content-length").map(|v| v.to_str().unwrap().parse::<usize>().unwrap());
             let body = rt.block_on(axum::body::to_bytes(r.into_body(), usize::MAX)).unwrap().to_vec();
@@ -472,6 +506,34 @@ mod tests {
         assert_eq!(fast.as_deref(), Some(&slow[..]));
     }
 
+    #[tokio::test]
+    async fn a_block_is_escaped_when_a_second_page_starts_in_it() {
+        let data = Bytes::from("some log line\n".repeat(1000));
+        let index = {
+            let mut b = LineIndexBuilder::default();
+            b.update(&data);
+            b.finish().encode()
+        };
+        let d = Digest::of(&data);
+        let blob = TextBlob { digest: &d, size: data.len() as u64, lines: 1000, line_index: &index };
+        let fetches = std::sync::atomic::AtomicUsize::new(0);
+        let fetch = |r: Range<u64>| {
+            fetches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let part = data.slice(r.start as usize..r.end as usize);
+            async move { Ok::<_, std::convert::Infallible>(part) }
+        };
+        let cache = TextCache::with_block(1 << 20, 1024).unwrap();
+        for offset in [0, 1024, 2048] {
+            assert!(cache.byte_page(blob, offset, 2000, fetch).await.unwrap().is_none(), "first page in its block");
+        }
+        assert_eq!(fetches.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing read or escaped for them");
+        let again = cache.byte_page(blob, 1030, 2000, fetch).await.unwrap().expect("a second page in block 1");
+        assert_eq!(again.page.offset, 1030);
+        assert_eq!(fetches.load(std::sync::atomic::Ordering::Relaxed), 2, "blocks 1 and 2 escaped");
+        assert!(cache.byte_page(blob, 2100, 10, fetch).await.unwrap().is_some(), "block 2 is kept");
+        assert_eq!(fetches.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
+
     #[test]
     fn lossy_pages_are_left_to_the_usual_path() {
         let mut data = b"plain text\n".repeat(100);
@@ -485,12 +547,26 @@ mod tests {
     }
 
     #[test]
-    fn escape_extra_agrees_with_the_escaper() {
-        for b in 0..=255u8 {
-            let Ok(s) = std::str::from_utf8(std::slice::from_ref(&b)) else { continue };
-            let escaped = sonic_rs::to_string(s).unwrap();
-            assert_eq!(escaped.len() - 2, 1 + escape_extra(&[b]) as usize, "byte {b:#x}");
+    fn unescape_reads_back_what_the_escaper_wrote() {
+        for b in 0..0x80u8 {
+            let escaped = sonic_rs::to_string(&char::from(b).to_string()).unwrap();
             assert_eq!(unescape(&escaped.as_bytes()[1..]), (b, escaped.len() - 2), "byte {b:#x}");
         }
+    }
+
+    #[test]
+    fn marks_fall_on_their_raw_offsets() {
+        let raw: String =
+            (0..3000u32).map(|i| ['a', '\n', '"', '\u{1}', '\\', 'b'][(i * 7 % 11 % 6) as usize]).collect();
+        let escaped = sonic_rs::to_string(&raw).unwrap();
+        let esc = &escaped.as_bytes()[1..escaped.len() - 1];
+        let marks = marks_of(esc, raw.len()).unwrap();
+        assert_eq!(marks.len(), raw.len() / MARK + 1);
+        for (j, (at, newlines)) in marks.iter().enumerate() {
+            let before = &raw[..j * MARK];
+            let want = sonic_rs::to_string(before).unwrap().len() - 2;
+            assert_eq!((*at as usize, *newlines as usize), (want, before.matches('\n').count()), "mark {j}");
+        }
+        assert!(marks_of(esc, raw.len() + 1).is_none(), "text of another length");
     }
 }

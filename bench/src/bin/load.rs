@@ -86,6 +86,12 @@ enum Op {
         #[arg(long)]
         count: usize,
     },
+    /// Byte pages of `name` (spillway only), read in order from offset 0 by following
+    /// `next_offset` to the end, as an agent pages through a log; each connection once.
+    Pages {
+        #[arg(long)]
+        name: String,
+    },
     /// Line pages at `line` of `name`, `count` times.
     Line {
         #[arg(long)]
@@ -258,6 +264,7 @@ async fn main() -> anyhow::Result<()> {
                     Op::Range { name, size, secs } => Work::Range(name.clone(), *size, Duration::from_secs(*secs)),
                     Op::Get { name, count } => Work::Get(name.clone(), *count as u64),
                     Op::Line { name, line, lines, count } => Work::Line(name.clone(), *line, *lines, *count as u64),
+                    Op::Pages { name } => Work::Pages(name.clone(), Some(0)),
                     Op::Poll { wait_ms, count } => {
                         Work::Poll(stream.clone().unwrap_or_default(), *wait_ms, *count as u64)
                     }
@@ -285,16 +292,24 @@ enum Work {
     Range(String, u64, Duration),
     Get(String, u64),
     Line(String, u64, u64, u64),
+    /// The blob, and the offset of the next page (`None`: read to the end).
+    Pages(String, Option<u64>),
     Poll(String, u64, u64),
 }
 
-async fn run(ctx: &Ctx, w: Work, next: &AtomicU64, salt: u64, start: Instant) -> anyhow::Result<(Vec<Duration>, u64)> {
+async fn run(
+    ctx: &Ctx,
+    mut w: Work,
+    next: &AtomicU64,
+    salt: u64,
+    start: Instant,
+) -> anyhow::Result<(Vec<Duration>, u64)> {
     let mut lat = Vec::new();
     let mut bytes = 0u64;
     let mut rng = salt ^ (next.fetch_add(0, Ordering::Relaxed) + 1);
     loop {
         let t0 = Instant::now();
-        match &w {
+        match &mut w {
             Work::Put(bodies) => {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some((data, digest)) = bodies.get(i as usize) else { break };
@@ -308,7 +323,7 @@ async fn run(ctx: &Ctx, w: Work, next: &AtomicU64, salt: u64, start: Instant) ->
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
-                let offset = rng % (size - 100_000);
+                let offset = rng % (*size - 100_000);
                 bytes += ctx.range(name, offset, 100_000).await?;
             }
             Work::Get(name, count) => {
@@ -325,6 +340,15 @@ async fn run(ctx: &Ctx, w: Work, next: &AtomicU64, salt: u64, start: Instant) ->
                 let resp = ctx.auth(ctx.http.get(url)).send().await?;
                 anyhow::ensure!(resp.status().is_success(), "poll {}", resp.status());
                 bytes += resp.bytes().await?.len() as u64;
+            }
+            Work::Pages(name, at) => {
+                let Some(offset) = *at else { break };
+                let url = format!("{}/v1/blobs/{name}/read?offset={offset}", ctx.url);
+                let resp = ctx.auth(ctx.http.get(url)).send().await?;
+                anyhow::ensure!(resp.status().is_success(), "page {}", resp.status());
+                let page: serde_json::Value = resp.json().await?;
+                bytes += page["length"].as_u64().unwrap_or_default();
+                *at = page["next_offset"].as_u64();
             }
             Work::Line(name, line, lines, count) => {
                 if next.fetch_add(1, Ordering::Relaxed) >= *count {

@@ -57,9 +57,17 @@ async fn capped_reads_from_escaped_text_are_the_usual_pages() {
                 (r.status(), r.bytes().await.unwrap())
             }
         };
-        let (want, got) = (get(&plain).await, get(&srv).await);
-        assert_eq!(String::from_utf8_lossy(&got.1), String::from_utf8_lossy(&want.1), "offset {offset} limit {limit}");
-        assert_eq!(got.0, want.0);
+        // Twice: a block is escaped when the second page starts in it.
+        let want = get(&plain).await;
+        for _ in 0..2 {
+            let got = get(&srv).await;
+            assert_eq!(
+                String::from_utf8_lossy(&got.1),
+                String::from_utf8_lossy(&want.1),
+                "offset {offset} limit {limit}"
+            );
+            assert_eq!(got.0, want.0);
+        }
     }
     assert_eq!(plain.state.escaped_pages.load(Ordering::Relaxed), 0);
     assert!(srv.state.escaped_pages.load(Ordering::Relaxed) > 30, "most pages came from the escaped text");
