@@ -11,11 +11,6 @@ use spillway_server::auth::{create_token, Scope};
 use spillway_server::clock::{rfc3339, SystemClock};
 use spillway_server::Config;
 
-/// mimalloc: a request makes many small, short-lived allocations (header maps, hyper's read
-/// buffer refilled for each request); glibc's malloc and free were ~8% of a capped read's CPU.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// The Spillway store: content-addressed, deduplicated storage for AI agents' tool outputs.
 #[derive(Parser, Debug)]
 #[command(version, about)]
