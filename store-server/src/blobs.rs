@@ -497,13 +497,14 @@ impl BlobStore {
             Ok(())
         }
         .await;
-        let sha256 = match received {
-            Ok(()) => sha.finish().await,
-            Err(e) => Err(e),
-        };
-        // On every error the guard removes what was staged.
-        let tmp = self.settle(held, sha256.is_ok()).await?;
-        let sha256 = sha256?;
+        if let Err(e) = received {
+            self.settle(held, false).await?;
+            return Err(e);
+        }
+        // SHA-256's last blocks (on its own thread, behind the body) and the staged file's
+        // final flush run at once. On an error the guard removes what was staged.
+        let (sha256, tmp) = tokio::join!(sha.finish(), self.settle(held, true));
+        let (sha256, tmp) = (sha256?, tmp?);
         let tmp = tmp.ok_or_else(|| BlobError::storage("staging lost its data"))?;
         Ok(Staged {
             digest: Digest::from_bytes(*hasher.finalize().as_bytes()),
