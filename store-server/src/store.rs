@@ -40,21 +40,27 @@ pub async fn visible(state: &AppState, ns: &Namespace, d: &AnyDigest) -> ApiResu
     Ok(row)
 }
 
-/// The byte page `offset`/`limit` of a stored blob from its escaped text (`text.rs`), or
-/// `None` when that page is to be cut the usual way (a small inline blob, no text cache, a
-/// page that is not plain text).
-pub(crate) async fn escaped_page(
-    state: &AppState,
-    row: &BlobRow,
-    offset: u64,
-    limit: u64,
-) -> ApiResult<Option<EscapedPage>> {
+/// A page of the capped read API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PageAsk {
+    /// `limit` bytes from `offset` (capped).
+    Bytes { offset: u64, limit: u64 },
+    /// `lines` whole lines from 1-based `line` (capped).
+    Lines { line: u64, lines: u64 },
+}
+
+/// A page of a stored blob from its escaped text (`text.rs`), or `None` when that page is to
+/// be cut the usual way (a small inline blob, no text cache, a page that is not plain text).
+pub(crate) async fn escaped_page(state: &AppState, row: &BlobRow, ask: PageAsk) -> ApiResult<Option<EscapedPage>> {
     let (Some(text), None) = (&state.text, &row.inline_data) else {
         return Ok(None);
     };
     let blob = TextBlob { digest: &row.digest, size: row.size, lines: row.lines, line_index: &row.line_index };
     let fetch = |r: std::ops::Range<u64>| state.blobs.get_range(&row.digest, row.size, r);
-    Ok(text.byte_page(blob, offset, limit, fetch).await?)
+    Ok(match ask {
+        PageAsk::Bytes { offset, limit } => text.byte_page(blob, offset, limit, fetch).await?,
+        PageAsk::Lines { line, lines } => text.line_page(blob, line, lines, fetch).await?,
+    })
 }
 
 /// A stored blob as a read source.

@@ -13,7 +13,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use spillway_api::paging::lines::LineIndex;
+use spillway_api::paging::lines::{LineIndex, CHECKPOINT_EVERY};
 use spillway_api::paging::{utf8_cut, Shown};
 use spillway_api::{Digest, ReadPage, READ_CAP};
 
@@ -29,6 +29,15 @@ thread_local! {
 
 /// Raw bytes between two marks of a block: finding a position steps over at most this many.
 const MARK: usize = 256;
+
+/// Reads bytes `range` of the blob (from its file or object).
+pub(crate) trait Fetch<E>: Fn(Range<u64>) -> Self::Read {
+    type Read: Future<Output = Result<Bytes, E>>;
+}
+
+impl<E, F: Fn(Range<u64>) -> R, R: Future<Output = Result<Bytes, E>>> Fetch<E> for F {
+    type Read = R;
+}
 
 /// A blob as the cache needs to know it.
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +69,8 @@ struct TextBlock {
     marks: Vec<(u32, u32)>,
     /// `\n` bytes in the blob before the block.
     first_line: u64,
+    /// `\n` bytes in the block.
+    newlines: u64,
     /// Whether the block is UTF-8, apart from the pieces of characters its two edges cut.
     text: bool,
     /// Continuation bytes the block starts with (of a character the block before began).
@@ -154,6 +165,7 @@ impl TextBlock {
             esc: Bytes::new(),
             marks: Vec::new(),
             first_line,
+            newlines: 0,
             text: false,
             head: Piece::default(),
             tail: Piece::default(),
@@ -184,7 +196,9 @@ impl TextBlock {
         let Some(marks) = marks_of(&esc, raw.len()) else {
             return not_text();
         };
-        Self { esc, marks, first_line, text: true, head, tail }
+        let mut block = Self { esc, marks, first_line, newlines: 0, text: true, head, tail };
+        block.newlines = block.locate(raw.len()).1;
+        block
     }
 
     /// For raw offset `rel` of the block (up to its length): its offset in `esc` and the
@@ -209,6 +223,25 @@ impl TextBlock {
             }
         }
         (at, newlines)
+    }
+
+    /// The raw offset in the block of its `n`-th `\n` (from 1), if it has that many.
+    fn nth_newline(&self, n: u64) -> Option<usize> {
+        let j = self.marks.partition_point(|&(_, before)| u64::from(before) < n).checked_sub(1)?;
+        let (at, before) = self.marks[j];
+        let (mut at, mut seen, mut rel) = (at as usize, u64::from(before), j * MARK);
+        loop {
+            let plain = memchr::memchr(b'\\', self.esc.get(at..)?).unwrap_or(self.esc.len() - at);
+            (at, rel) = (at + plain, rel + plain);
+            let (raw, len) = unescape(self.esc.get(at..)?);
+            if raw == b'\n' {
+                seen += 1;
+                if seen == n {
+                    return Some(rel);
+                }
+            }
+            (at, rel) = (at + len.max(1), rel + 1);
+        }
     }
 
     /// The raw byte at offset `rel` of the block.
@@ -286,6 +319,34 @@ impl Span {
         }
     }
 
+    /// Whether `start..stop` of a blob of `size` bytes is plain UTF-8: it starts a character,
+    /// the characters cut by block edges inside it are whole across them, and the blob does
+    /// not end inside one.
+    fn plain(&self, start: u64, stop: u64, size: u64) -> bool {
+        !is_continuation(self.byte(start))
+            && self.whole_across_edges(start, stop)
+            && (stop < size || self.at(stop, true).0.tail.len == 0)
+    }
+
+    /// The page `start..stop` (plain text, see [`Span::plain`]).
+    fn page(&self, blob: TextBlob<'_>, start: u64, stop: u64, capped: bool) -> EscapedPage {
+        let (before, start_at) = self.locate(start, false);
+        let (through, stop_at) = self.locate(stop, true);
+        let shown = Shown {
+            size: blob.size,
+            total_lines: blob.lines,
+            offset: start,
+            used: stop - start,
+            start_line: 1 + before,
+            newlines: through - before,
+            ends_line: self.byte(stop - 1) == b'\n',
+            lossy: false,
+            capped,
+        };
+        let content = self.content(start_at, stop, stop_at);
+        EscapedPage { page: shown.page(Some(blob.digest.to_string()), String::new()), content }
+    }
+
     /// Whether the characters cut by the block edges inside `offset..stop` are whole across them.
     fn whole_across_edges(&self, offset: u64, stop: u64) -> bool {
         (offset / self.block + 1..=(stop - 1) / self.block).all(|k| {
@@ -305,6 +366,12 @@ impl Span {
                 b.esc.slice(from..if k == last { stop_at } else { b.esc.len() })
             })
             .collect()
+    }
+
+    /// Where the blob's `n`-th `\n` (from 1) is, if it lies in these blocks.
+    fn newline(&self, n: u64) -> Option<u64> {
+        let (k, b) = (self.first..).zip(&self.blocks).find(|(_, b)| n <= b.first_line + b.newlines)?;
+        Some(k * self.block + b.nth_newline(n.checked_sub(b.first_line)?)? as u64)
     }
 
     /// `\n` bytes in the blob before `pos`, and where `pos` is in its block's `esc`.
@@ -333,68 +400,107 @@ impl TextCache {
     /// `paging::byte_page` cuts it; `None` when that page is not plain text from these blocks,
     /// or is the first to start in its block (the caller cuts it the usual way). Missing blocks are read with `fetch` (a range of
     /// the blob), escaped and kept.
-    pub(crate) async fn byte_page<F, Fut, E>(
+    pub(crate) async fn byte_page<E>(
         &self,
         blob: TextBlob<'_>,
         offset: u64,
         limit: u64,
-        fetch: F,
-    ) -> Result<Option<EscapedPage>, E>
-    where
-        F: Fn(Range<u64>) -> Fut,
-        Fut: Future<Output = Result<Bytes, E>>,
-    {
+        fetch: impl Fetch<E>,
+    ) -> Result<Option<EscapedPage>, E> {
         let size = blob.size;
         if offset >= size {
             return Ok(None);
         }
         let end = size.min(offset.saturating_add(limit.clamp(1, READ_CAP as u64)));
-        let first = offset / self.block;
-        let key = (*blob.digest, first);
-        if self.blocks.get(&key).is_none() && self.seen.get(&key).is_none() {
-            self.seen.insert(key, ());
-            return Ok(None); // the first page to start in this block: cut from the bytes
-        }
-        let blocks =
-            futures::future::try_join_all((first..=(end - 1) / self.block).map(|k| self.get_block(blob, k, &fetch)))
-                .await?;
-        if blocks.iter().any(|b| !b.text) {
+        if !self.admit(blob.digest, offset / self.block) {
             return Ok(None);
         }
-        let span = Span { first, block: self.block, blocks };
-        if is_continuation(span.byte(offset)) {
-            return Ok(None); // a page that starts inside a character is lossy
-        }
-        let Some(stop) = span.stop(offset, end, size) else {
+        let Some(span) = self.span(blob, offset, end, &fetch).await? else {
             return Ok(None);
         };
-        if !span.whole_across_edges(offset, stop) {
+        let Some(stop) = span.stop(offset, end, size).filter(|&stop| span.plain(offset, stop, size)) else {
+            return Ok(None);
+        };
+        let capped = limit > READ_CAP as u64 && stop < size.min(offset.saturating_add(limit));
+        Ok(Some(span.page(blob, offset, stop, capped)))
+    }
+
+    /// The line page `line`/`lines` of `blob` with its content escaped, as `paging::line_page`
+    /// cuts it; `None` as for [`TextCache::byte_page`].
+    pub(crate) async fn line_page<E>(
+        &self,
+        blob: TextBlob<'_>,
+        line: u64,
+        lines: u64,
+        fetch: impl Fetch<E>,
+    ) -> Result<Option<EscapedPage>, E> {
+        if line == 0 || lines == 0 || line > blob.lines {
             return Ok(None);
         }
-        let (before, start_at) = span.locate(offset, false);
-        let (through, stop_at) = span.locate(stop, true);
-        let shown = Shown {
-            size,
-            total_lines: blob.lines,
-            offset,
-            used: stop - offset,
-            start_line: 1 + before,
-            newlines: through - before,
-            ends_line: span.byte(stop - 1) == b'\n',
-            lossy: false,
-            capped: limit > READ_CAP as u64 && stop < size.min(offset.saturating_add(limit)),
+        // The line starts after the blob's `line - 1`-th newline, at most a checkpoint span
+        // (one block) past the checkpoint before it.
+        let cp = LineIndex::decode(blob.line_index).for_line(line);
+        if cp.offset % self.block != 0 || !self.admit(blob.digest, cp.offset / self.block) {
+            return Ok(None);
+        }
+        let start = if line - 1 == cp.newlines {
+            cp.offset
+        } else {
+            let reach = blob.size.min(cp.offset + CHECKPOINT_EVERY);
+            match self.span(blob, cp.offset, reach, &fetch).await?.and_then(|near| near.newline(line - 1)) {
+                Some(at) => at + 1,
+                None => return Ok(None),
+            }
         };
-        let content = span.content(start_at, stop, stop_at);
-        Ok(Some(EscapedPage { page: shown.page(Some(blob.digest.to_string()), String::new()), content }))
+        let end = blob.size.min(start + READ_CAP as u64);
+        let Some(span) = self.span(blob, start, end, &fetch).await? else {
+            return Ok(None);
+        };
+        // As `line_page` cuts it: `lines` whole lines, or what the cap leaves.
+        let (before, through) = (line - 1, span.locate(end, true).0);
+        let (stop, capped) = if through - before >= lines {
+            (span.newline(before + lines).map(|at| at + 1), false)
+        } else if end == blob.size {
+            (Some(end), false)
+        } else if through == before {
+            (span.stop(start, end, blob.size), true) // one line longer than the cap: by bytes
+        } else {
+            (span.newline(through).map(|at| at + 1), true)
+        };
+        let Some(stop) = stop.filter(|&stop| span.plain(start, stop, blob.size)) else {
+            return Ok(None);
+        };
+        Ok(Some(span.page(blob, start, stop, capped)))
+    }
+
+    /// Whether a page starting in block `k` may be served from the blocks: the block is kept,
+    /// or a page started in it before (see `seen`).
+    fn admit(&self, digest: &Digest, k: u64) -> bool {
+        let key = (*digest, k);
+        if self.blocks.get(&key).is_some() || self.seen.get(&key).is_some() {
+            return true;
+        }
+        self.seen.insert(key, ());
+        false
+    }
+
+    /// The blocks of `start..end`, all text; `None` if one is not.
+    async fn span<E>(
+        &self,
+        blob: TextBlob<'_>,
+        start: u64,
+        end: u64,
+        fetch: &impl Fetch<E>,
+    ) -> Result<Option<Span>, E> {
+        let first = start / self.block;
+        let blocks = (first..=(end - 1) / self.block).map(|k| self.get_block(blob, k, fetch));
+        let blocks = futures::future::try_join_all(blocks).await?;
+        Ok(blocks.iter().all(|b| b.text).then_some(Span { first, block: self.block, blocks }))
     }
 
     /// Block `k` of `blob`, from the cache or read, escaped and kept now (once, however many
     /// readers ask for it at the same time).
-    async fn get_block<F, Fut, E>(&self, blob: TextBlob<'_>, k: u64, fetch: &F) -> Result<Arc<TextBlock>, E>
-    where
-        F: Fn(Range<u64>) -> Fut,
-        Fut: Future<Output = Result<Bytes, E>>,
-    {
+    async fn get_block<E>(&self, blob: TextBlob<'_>, k: u64, fetch: &impl Fetch<E>) -> Result<Arc<TextBlock>, E> {
         let key = (*blob.digest, k);
         self.blocks
             .get_or_insert_async(&key, async {
@@ -419,14 +525,19 @@ impl TextCache {
 mod tests {
     use super::*;
     use crate::json::{EscapedJson, PageJson};
+    use crate::store::PageAsk;
     use axum::response::IntoResponse;
     use proptest::prelude::*;
     use spillway_api::paging::lines::LineIndexBuilder;
-    use spillway_api::paging::{byte_page, MemorySource};
+    use spillway_api::paging::{byte_page, line_page, MemorySource, Source};
 
     /// The page as `byte_page` cuts it and `PageJson` writes it, and as the cache writes it
     /// (`None` when the cache leaves it to the usual path).
     fn both(data: &[u8], cache: &TextCache, offset: u64, limit: u64) -> (Vec<u8>, Option<Vec<u8>>) {
+        both_of(data, cache, PageAsk::Bytes { offset, limit })
+    }
+
+    fn both_of(data: &[u8], cache: &TextCache, ask: PageAsk) -> (Vec<u8>, Option<Vec<u8>>) {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let bytes = Bytes::copy_from_slice(data);
         let src = MemorySource::new(bytes.clone());
@@ -434,7 +545,10 @@ mod tests {
         b.update(data);
         let (lines, index) = (b.lines(), b.finish());
         let digest = Digest::of(data);
-        let slow = rt.block_on(byte_page(&src, offset, limit)).unwrap();
+        let slow = match ask {
+            PageAsk::Bytes { offset, limit } => rt.block_on(byte_page(&src, offset, limit)).unwrap(),
+            PageAsk::Lines { line, lines } => rt.block_on(line_page(&src, line, lines)).unwrap(),
+        };
         let mut slow = spillway_api::ReadPage { digest: Some(digest.to_string()), ..slow };
         slow.total_lines = lines;
         let blob = TextBlob { digest: &digest, size: data.len() as u64, lines, line_index: &index.encode() };
@@ -442,8 +556,11 @@ mod tests {
             let part = bytes.slice(r.start as usize..r.end as usize);
             async move { Ok::<_, std::convert::Infallible>(part) }
         };
-        let once = rt.block_on(cache.byte_page(blob, offset, limit, fetch)).unwrap();
-        let fast = once.or_else(|| rt.block_on(cache.byte_page(blob, offset, limit, fetch)).unwrap());
+        let ask_cache = || match ask {
+            PageAsk::Bytes { offset, limit } => rt.block_on(cache.byte_page(blob, offset, limit, fetch)).unwrap(),
+            PageAsk::Lines { line, lines } => rt.block_on(cache.line_page(blob, line, lines, fetch)).unwrap(),
+        };
+        let fast = ask_cache().or_else(ask_cache);
         let body = |r: axum::response::Response| {
             let len = r.headers().get("content-length").map(|v| v.to_str().unwrap().parse::<usize>().unwrap());
             let body = rt.block_on(axum::body::to_bytes(r.into_body(), usize::MAX)).unwrap().to_vec();
@@ -482,12 +599,30 @@ mod tests {
                 prop_assert!(again.is_some(), "plain ASCII is always served from the blocks");
             }
         }
+
+        #[test]
+        fn line_pages_from_escaped_blocks_are_the_usual_pages_byte_for_byte(
+            data in text(), block in prop_oneof![Just(8u64), Just(64), Just(300), Just(4096)],
+            at in 0u64..200, lines in prop_oneof![1u64..5, Just(40), Just(2000)],
+        ) {
+            let cache = TextCache::with_block(1 << 20, block).unwrap();
+            let total = MemorySource::new(Bytes::from(data.clone())).total_lines();
+            let line = 1 + at % (total + 1);
+            let (slow, fast) = both_of(&data, &cache, PageAsk::Lines { line, lines });
+            if let Some(fast) = fast {
+                prop_assert_eq!(String::from_utf8_lossy(&fast), String::from_utf8_lossy(&slow));
+            }
+            if line <= total && data.is_ascii() {
+                let (_, again) = both_of(&data, &cache, PageAsk::Lines { line, lines });
+                prop_assert!(again.is_some(), "plain ASCII is always served from the blocks");
+            }
+        }
     }
 
     #[test]
     fn every_page_of_a_log_comes_from_the_blocks_and_reads_the_same() {
         let log: Vec<u8> =
-            (0..3000).flat_map(|i| format!("{i} \"é\" \\ line\t{}\n", "x".repeat(i % 50)).into_bytes()).collect();
+            (0..3000).flat_map(|i| format!("{i} \"é\" \\ line\t{}\n", "x".repeat(i % 120)).into_bytes()).collect();
         let cache = TextCache::with_block(1 << 24, 4096).unwrap();
         for offset in (0..log.len() as u64).step_by(997) {
             for limit in [1, 100, 5000, 100_000, 300_000] {
@@ -500,10 +635,18 @@ mod tests {
                 assert_eq!(fast.as_deref(), Some(&slow[..]), "offset {offset} limit {limit}");
             }
         }
-        // Full-size blocks too (marks on every 256 bytes).
+        // Full-size blocks too (marks on every 256 bytes), and line pages across checkpoints.
         let cache = TextCache::new(1 << 24).unwrap();
         let (slow, fast) = both(&log, &cache, 70_001, 100_000);
         assert_eq!(fast.as_deref(), Some(&slow[..]));
+        for cache in [TextCache::new(1 << 24).unwrap(), TextCache::with_block(1 << 24, 4096).unwrap()] {
+            for line in (1..=3000).step_by(97).chain([1500, 2999, 3000]) {
+                for lines in [1, 7, 2000] {
+                    let (slow, fast) = both_of(&log, &cache, PageAsk::Lines { line, lines });
+                    assert_eq!(fast.as_deref(), Some(&slow[..]), "line {line} lines {lines}");
+                }
+            }
+        }
     }
 
     #[tokio::test]

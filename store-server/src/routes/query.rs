@@ -1,5 +1,6 @@
 //! The query of the capped read API, shared by blob and stream reads, and the read it asks for.
 
+use crate::store::PageAsk;
 use crate::streams::Position;
 use serde::Deserialize;
 use spillway_api::paging::{self as page, Source, SourceError};
@@ -73,10 +74,12 @@ impl ReadQuery {
         }
     }
 
-    /// `(offset, limit)` of a byte page; `None` for a line page.
-    pub(crate) fn byte_page(&self) -> Option<(u64, u64)> {
-        let line_page = self.line.or(self.lines).is_some();
-        (!line_page).then(|| (self.offset.unwrap_or(0), self.limit.unwrap_or(READ_CAP as u64)))
+    /// The page asked for, defaults filled in (after [`ReadQuery::check`]).
+    pub(crate) fn page(&self) -> PageAsk {
+        match self.line.or(self.lines.map(|_| 1)) {
+            Some(line) => PageAsk::Lines { line, lines: self.lines.unwrap_or(DEFAULT_PAGE_LINES) },
+            None => PageAsk::Bytes { offset: self.offset.unwrap_or(0), limit: self.limit.unwrap_or(READ_CAP as u64) },
+        }
     }
 
     pub(crate) fn wait_ms(&self) -> Option<u64> {

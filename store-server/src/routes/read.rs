@@ -28,13 +28,11 @@ pub(super) async fn read_blob(
     q.check()?;
     // wait_ms is accepted and has nothing to wait for: a blob is complete.
     let row = visible(&state, &caller.namespace, &d).await?;
-    if let Some((offset, limit)) = q.byte_page() {
-        if let Some(page) = escaped_page(&state, &row, offset, limit).await? {
-            count_page(&page.page);
-            metrics::counter!("spillway_read_escaped_pages_total").increment(1);
-            state.escaped_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return Ok(EscapedJson(page).into_response());
-        }
+    if let Some(page) = escaped_page(&state, &row, q.page()).await? {
+        count_page(&page.page);
+        metrics::counter!("spillway_read_escaped_pages_total").increment(1);
+        state.escaped_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return Ok(EscapedJson(page).into_response());
     }
     let src = BlobSource::new(&state, &row)?;
     Ok(PageJson(page_of(&src, &q).await?).into_response())

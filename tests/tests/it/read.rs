@@ -45,11 +45,33 @@ async fn capped_reads_from_escaped_text_are_the_usual_pages() {
     let data = Bytes::from(data);
     let d = srv.client().put(data.clone(), &UploadOptions::default()).await.unwrap().digest;
     assert_eq!(plain.client().put(data, &UploadOptions::default()).await.unwrap().digest, d);
-    let mut asks: Vec<(u64, u64)> =
-        (0..60).map(|i| (i * 20_011 % size, [1, 7, 4096, 100_000, 1_000_000][i as usize % 5])).collect();
-    asks.extend([(0, 100_000), (65_535, 100_000), (65_536, 3), (777_700, 100_000), (size - 5, 100_000), (size, 10)]);
-    for (offset, limit) in asks {
-        let path = format!("/v1/blobs/{d}/read?offset={offset}&limit={limit}");
+    let mut asks: Vec<String> = (0..60)
+        .map(|i| format!("offset={}&limit={}", i * 20_011 % size, [1, 7, 4096, 100_000, 1_000_000][i as usize % 5]))
+        .collect();
+    let edges = [(0, 100_000), (65_535, 100_000), (65_536, 3), (777_700, 100_000), (size - 5, 100_000), (size, 10)];
+    asks.extend(edges.iter().map(|(offset, limit)| format!("offset={offset}&limit={limit}")));
+    let escaped = || srv.state.escaped_pages.load(Ordering::Relaxed);
+    compare_pages(&plain, &srv, &d, &asks).await;
+    assert!(escaped() > 40, "most byte pages came from the escaped text");
+    // Line pages: numbered lines, the default count, many lines capped by bytes, past the end.
+    let before = escaped();
+    let mut asks: Vec<String> =
+        (0..20).map(|i| format!("line={}&lines={}", 1 + i * 2_017, [1, 50, 2000, 10_000][i as usize % 4])).collect();
+    asks.extend(
+        ["line=1", "lines=3", "line=25000", "line=40000&lines=5", "line=40001", "line=40002"].map(String::from),
+    );
+    compare_pages(&plain, &srv, &d, &asks).await;
+    assert!(escaped() - before > 15, "most line pages came from the escaped text");
+    assert_eq!(plain.state.escaped_pages.load(Ordering::Relaxed), 0);
+    plain.stop().await;
+    srv.stop().await;
+}
+
+/// Reads each page (`asks`: read queries) of `d` from both servers, the second one twice (a
+/// block is escaped when the second page starts in it), and asserts the same status and body.
+async fn compare_pages(plain: &TestServer, srv: &TestServer, d: &spillway_api::Digest, asks: &[String]) {
+    for ask in asks {
+        let path = format!("/v1/blobs/{d}/read?{ask}");
         let get = |s: &TestServer| {
             let r = s.client().request(Method::GET, &path).send();
             async move {
@@ -57,22 +79,13 @@ async fn capped_reads_from_escaped_text_are_the_usual_pages() {
                 (r.status(), r.bytes().await.unwrap())
             }
         };
-        // Twice: a block is escaped when the second page starts in it.
-        let want = get(&plain).await;
+        let want = get(plain).await;
         for _ in 0..2 {
-            let got = get(&srv).await;
-            assert_eq!(
-                String::from_utf8_lossy(&got.1),
-                String::from_utf8_lossy(&want.1),
-                "offset {offset} limit {limit}"
-            );
-            assert_eq!(got.0, want.0);
+            let got = get(srv).await;
+            assert_eq!(String::from_utf8_lossy(&got.1), String::from_utf8_lossy(&want.1), "{ask}");
+            assert_eq!(got.0, want.0, "{ask}");
         }
     }
-    assert_eq!(plain.state.escaped_pages.load(Ordering::Relaxed), 0);
-    assert!(srv.state.escaped_pages.load(Ordering::Relaxed) > 30, "most pages came from the escaped text");
-    plain.stop().await;
-    srv.stop().await;
 }
 
 #[tokio::test]
