@@ -25,6 +25,10 @@ const COUNTERS: &[(&str, &str)] = &[
     ("spillway_bytes_out_total", "Bytes sent in downloads and read pages."),
     ("spillway_dedup_hits_total", "Uploads whose bytes were already stored."),
     ("spillway_read_capped_total", "Read pages cut short by the 100,000-byte cap."),
+    (
+        "spillway_read_escaped_pages_total",
+        "Read pages written from blob text kept escaped in memory (--text-cache-bytes).",
+    ),
     ("spillway_retention_expired_refs_total", "References removed by retention because they expired."),
     ("spillway_retention_deleted_blobs_total", "Blobs whose bytes retention deleted."),
     ("spillway_retention_freed_bytes_total", "Bytes retention freed."),
