@@ -502,10 +502,17 @@ impl BlobStore {
             return Err(e);
         }
         // SHA-256's last blocks (on its own thread, behind the body) and the staged file's
-        // final flush run at once. On an error the guard removes what was staged.
+        // final flush run at once. A failed flush has removed what was staged; a failed hash
+        // removes it here, before the error is answered.
         let (sha256, tmp) = tokio::join!(sha.finish(), self.settle(held, true));
-        let (sha256, tmp) = (sha256?, tmp?);
-        let tmp = tmp.ok_or_else(|| BlobError::storage("staging lost its data"))?;
+        let tmp = tmp?.ok_or_else(|| BlobError::storage("staging lost its data"))?;
+        let sha256 = match sha256 {
+            Ok(sha256) => sha256,
+            Err(e) => {
+                tmp.remove().await;
+                return Err(e);
+            }
+        };
         Ok(Staged {
             digest: Digest::from_bytes(*hasher.finalize().as_bytes()),
             sha256,
