@@ -6,6 +6,7 @@
 #        SPILLWAY_SERVER_BIN=path bench/run.sh   runs another build of the server (before/after)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+command -v nginx > /dev/null || { echo "bench/run.sh compares against nginx: install it first (Debian: apt-get install nginx-light)" >&2; exit 1; }
 quick=${1:-}
 cargo build --release -q -p spillway-server -p spillway-bench
 work=${BENCH_DIR:-/tmp/spillway-bench}
