@@ -309,6 +309,10 @@ pub struct RefList {
     pub next_cursor: Option<String>,
 }
 
+/// The last second [`PinRequest::until`] may name: 9999-12-31T23:59:59Z (RFC 3339 times, in
+/// which the answer names it, have four-digit years).
+pub const LAST_UNIX_SECOND: i64 = 253_402_300_799;
+
 /// Optional body of `POST /v1/blobs/{digest}/pin`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -6,7 +6,7 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::TryStreamExt;
-use spillway_api::{AnyDigest, BlobRecord, PinRequest};
+use spillway_api::{AnyDigest, BlobRecord, PinRequest, LAST_UNIX_SECOND};
 
 use super::extract::{json_object_body, parse_digest, RefOptions, Q};
 use crate::auth::{Caller, Scope};
@@ -209,8 +209,11 @@ pub(super) async fn pin_blob(
     let expires_at = match req.until {
         None => None,
         Some(s) => match i64::try_from(s).ok().and_then(|s| s.checked_mul(1000)) {
-            Some(ms) if ms > now => Some(ms),
-            _ => return Err(ApiError::InvalidArgument(format!("until {s} is not a Unix time in the future"))),
+            Some(ms) if ms > now && ms <= LAST_UNIX_SECOND * 1000 => Some(ms),
+            _ => {
+                let why = format!("until {s} is not a Unix time in the future, up to {LAST_UNIX_SECOND} (9999-12-31)");
+                return Err(ApiError::InvalidArgument(why));
+            }
         },
     };
     let row = visible(&state, &caller.namespace, &d).await?;

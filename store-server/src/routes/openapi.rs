@@ -223,7 +223,7 @@ fn complete_schemas(schemas: &mut Value) {
     schemas["SealRequest"]["properties"]["exit_code"] =
         json!({"type": ["integer", "null"], "minimum": -2_147_483_648i64, "maximum": 2_147_483_647});
     schemas["PinRequest"]["properties"]["until"] = json!({
-        "type": ["integer", "null"], "minimum": 0, "maximum": 253_402_300_799i64,
+        "type": ["integer", "null"], "minimum": 0, "maximum": spillway_api::LAST_UNIX_SECOND,
         "description": "Unix seconds, in the future: keep the blob until then instead of forever."
     });
 }
