@@ -530,13 +530,52 @@ fn context_line(line: u64, raw: &[u8]) -> ContextLine {
     ContextLine { line, text: shorten(raw, 0).0 }
 }
 
-/// The lines of a window (which holds whole lines), by start and end offsets.
-fn line_spans(hay: &[u8]) -> impl DoubleEndedIterator<Item = (usize, usize)> + '_ {
-    let mut starts = vec![0usize];
-    starts.extend(memchr::memchr_iter(b'\n', hay).map(|i| i + 1).filter(|&i| i < hay.len()));
-    let spans: Vec<(usize, usize)> =
-        starts.iter().map(|&s| (s, memchr::memchr(b'\n', &hay[s..]).map_or(hay.len(), |i| s + i))).collect();
-    spans.into_iter()
+/// The lines of a window (which holds whole lines), by start and end offsets, found as they
+/// are taken: each step searches one line, from either end, so a match's context costs the
+/// lines it shows, not the rest of the window. An empty window is one empty line.
+fn line_spans(hay: &[u8]) -> LineSpans<'_> {
+    LineSpans { hay, front: 0, back: hay.len(), empty: hay.is_empty() }
+}
+
+/// The iterator of [`line_spans`]: the lines of `hay[front..back]` are left.
+struct LineSpans<'a> {
+    hay: &'a [u8],
+    front: usize,
+    back: usize,
+    /// The one empty line of an empty window, not taken yet.
+    empty: bool,
+}
+
+impl Iterator for LineSpans<'_> {
+    type Item = (usize, usize);
+
+    fn next(&mut self) -> Option<(usize, usize)> {
+        if std::mem::take(&mut self.empty) {
+            return Some((0, 0));
+        }
+        if self.front >= self.back {
+            return None;
+        }
+        let s = self.front;
+        let e = memchr::memchr(b'\n', &self.hay[s..self.back]).map_or(self.back, |i| s + i);
+        self.front = (e + 1).min(self.back);
+        Some((s, e))
+    }
+}
+
+impl DoubleEndedIterator for LineSpans<'_> {
+    fn next_back(&mut self) -> Option<(usize, usize)> {
+        if std::mem::take(&mut self.empty) {
+            return Some((0, 0));
+        }
+        if self.front >= self.back {
+            return None;
+        }
+        let e = if self.hay[self.back - 1] == b'\n' { self.back - 1 } else { self.back };
+        let s = memchr::memrchr(b'\n', &self.hay[self.front..e]).map_or(self.front, |i| self.front + i + 1);
+        self.back = s;
+        Some((s, e))
+    }
 }
 
 /// Grep's answer as it is built: the text budget, and the context lines it still owes.
@@ -669,6 +708,10 @@ async fn grep_walking<E: SourceError>(
             mid_line = hay.last() != Some(&b'\n');
         }
         pos += usable as u64;
+        // A window of matching costs up to a few milliseconds and a read from the page cache
+        // never waits: give the worker back between windows, so that a long grep does not
+        // hold up the requests and connections queued behind it.
+        tokio::task::yield_now().await;
     }
     Ok(out.resp)
 }
@@ -792,10 +835,9 @@ fn remember_tail(recent: &mut std::collections::VecDeque<ContextLine>, hay: &[u8
     if n == 0 {
         return;
     }
-    let spans: Vec<(usize, usize)> = line_spans(hay).collect();
-    let count = spans.len() as u64;
-    for (k, &(s, e)) in spans.iter().enumerate().skip(spans.len().saturating_sub(n)) {
-        recent.push_back(context_line(next_line - count + k as u64, &hay[s..e]));
+    let last: Vec<(usize, usize)> = line_spans(hay).rev().take(n).collect();
+    for (k, &(s, e)) in last.iter().enumerate().rev() {
+        recent.push_back(context_line(next_line - 1 - k as u64, &hay[s..e]));
     }
     while recent.len() > n {
         recent.pop_front();
@@ -860,6 +902,31 @@ mod tests {
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
         static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
         RT.get_or_init(|| tokio::runtime::Builder::new_current_thread().build().unwrap()).block_on(f)
+    }
+
+    /// The lines of `hay` as [`line_spans`] defines them, found all at once.
+    fn all_line_spans(hay: &[u8]) -> Vec<(usize, usize)> {
+        let mut starts = vec![0usize];
+        starts.extend(memchr::memchr_iter(b'\n', hay).map(|i| i + 1).filter(|&i| i < hay.len()));
+        starts.iter().map(|&s| (s, memchr::memchr(b'\n', &hay[s..]).map_or(hay.len(), |i| s + i))).collect()
+    }
+
+    proptest! {
+        /// Lines taken one at a time, from the front, the back or both in turn, are the lines.
+        #[test]
+        fn line_spans_found_lazily_are_the_lines(
+            hay in proptest::collection::vec(prop_oneof![Just(b'\n'), Just(b'a'), Just(b'\r')], 0..40),
+            ends in proptest::collection::vec(any::<bool>(), 0..50),
+        ) {
+            let all = all_line_spans(&hay);
+            prop_assert_eq!(line_spans(&hay).collect::<Vec<_>>(), all.clone());
+            prop_assert_eq!(line_spans(&hay).rev().collect::<Vec<_>>(), all.iter().rev().copied().collect::<Vec<_>>());
+            let (mut it, mut left) = (line_spans(&hay), std::collections::VecDeque::from(all));
+            for back in ends {
+                let want = if back { left.pop_back() } else { left.pop_front() };
+                prop_assert_eq!(if back { it.next_back() } else { it.next() }, want);
+            }
+        }
     }
 
     proptest! {

@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 use reqwest::{Method, StatusCode};
+use spillway_api::ContextLine;
 use spillway_client::{GrepRequest, ReadRequest, UploadOptions};
 
 use crate::support::*;
@@ -219,6 +220,43 @@ async fn grep_is_capped_resumable_and_safe() {
     }
     let r = c.request(Method::GET, &format!("/v1/blobs/{d}/grep")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST, "pattern is required");
+    srv.stop().await;
+}
+
+/// A pattern on nearly every line of a 2 MB output (`seq 1 300000`, grep `0`, as an agent
+/// greps what it ran): every page answers at once, and paging through them gives each line
+/// that matches, in order, with its context, no line twice. Each match used to re-scan the
+/// rest of its 1 MiB window for its context: a page took minutes and held up the server.
+#[tokio::test]
+async fn grep_of_a_pattern_on_most_lines_pages_through_them_all() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    let text: String = (1..=300_000).map(|i| format!("{i}\n")).collect();
+    let d = c.put(Bytes::from(text), &UploadOptions::default()).await.unwrap().digest;
+    let g = GrepRequest { pattern: "0".into(), before: Some(2), after: Some(2), ..Default::default() };
+    let (mut from, mut pages, mut matched, mut shown) = (Some(1), 0, Vec::new(), Vec::new());
+    while let Some(f) = from {
+        let ask = GrepRequest { from_line: Some(f), ..g.clone() };
+        let r = tokio::time::timeout(std::time::Duration::from_secs(60), c.grep(&d, &ask))
+            .await
+            .expect("a page of grep answers, not after minutes")
+            .unwrap();
+        for m in &r.matches {
+            assert_eq!(m.text, m.line.to_string());
+            matched.push(m.line);
+            let itself = ContextLine { line: m.line, text: m.text.clone() };
+            for ctx in m.before.iter().chain([&itself]).chain(&m.after) {
+                assert_eq!(ctx.text, ctx.line.to_string());
+                shown.push(ctx.line);
+            }
+        }
+        pages += 1;
+        from = r.next_line;
+    }
+    let want: Vec<u64> = (1..=300_000u64).filter(|i| i.to_string().contains('0')).collect();
+    assert_eq!(matched, want);
+    assert!(shown.windows(2).all(|w| w[0] < w[1]), "no line is shown twice, and lines come in order");
+    assert!(pages > 1, "the matches are more than one page");
     srv.stop().await;
 }
 
