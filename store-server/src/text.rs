@@ -7,12 +7,16 @@
 //! A page the blocks cannot answer exactly as `paging::byte_page` would (invalid UTF-8, a
 //! character cut at the page's start, a limit smaller than one character) is left to it: the
 //! caller cuts that page the usual way. The property tests check the two agree byte for byte.
+//! Byte pages of bytes that are not UTF-8 come from blocks kept decoded (`lossy`).
+
+mod lossy;
 
 use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use lossy::{LossyBlock, LossySpan, CONTEXT};
 use spillway_api::paging::lines::{LineIndex, CHECKPOINT_EVERY};
 use spillway_api::paging::{utf8_cut, Shown};
 use spillway_api::{Digest, ReadPage, READ_CAP};
@@ -254,19 +258,33 @@ impl TextBlock {
     }
 }
 
+/// A block as kept: escaped text, or decoded lossily and escaped (`None`: the blob could not
+/// be read in full there; its pages are left to the usual path, which says why).
+#[derive(Debug, Clone)]
+enum Kept {
+    Text(Arc<TextBlock>),
+    Lossy(Option<Arc<LossyBlock>>),
+}
+
+/// Lossy blocks are kept under their number with this bit set.
+const LOSSY_KEY: u64 = 1 << 63;
+
 /// Weighs a block by the memory it holds, so the capacity is in bytes.
 #[derive(Clone, Copy, Debug)]
 struct ByWeight;
 
-impl quick_cache::Weighter<(Digest, u64), Arc<TextBlock>> for ByWeight {
-    fn weight(&self, _: &(Digest, u64), block: &Arc<TextBlock>) -> u64 {
-        block.weight()
+impl quick_cache::Weighter<(Digest, u64), Kept> for ByWeight {
+    fn weight(&self, _: &(Digest, u64), block: &Kept) -> u64 {
+        match block {
+            Kept::Text(b) => b.weight(),
+            Kept::Lossy(b) => b.as_ref().map_or(128, |b| b.weight()),
+        }
     }
 }
 
 /// Escaped blocks of blobs by (digest, block number), at most the capacity in bytes.
 pub(crate) struct TextCache {
-    blocks: quick_cache::sync::Cache<(Digest, u64), Arc<TextBlock>, ByWeight>,
+    blocks: quick_cache::sync::Cache<(Digest, u64), Kept, ByWeight>,
     /// Blocks a page started in once, while not kept: escaping a block costs about three
     /// times what cutting a page from the bytes does, so a block is escaped when a second page
     /// starts in it. An agent reading a log through once (each 100 KB page starts in a
@@ -416,13 +434,37 @@ impl TextCache {
             return Ok(None);
         }
         let Some(span) = self.span(blob, offset, end, &fetch).await? else {
+            return self.lossy_page(blob, offset, limit, end, &fetch).await;
+        };
+        match span.stop(offset, end, size).filter(|&stop| span.plain(offset, stop, size)) {
+            Some(stop) => {
+                let capped = limit > READ_CAP as u64 && stop < size.min(offset.saturating_add(limit));
+                Ok(Some(span.page(blob, offset, stop, capped)))
+            }
+            // Not plain text: it starts inside a character, or one is cut (across a block edge,
+            // at the blob's end); not a page shorter than one.
+            None if limit >= 4 => self.lossy_page(blob, offset, limit, end, &fetch).await,
+            None => Ok(None),
+        }
+    }
+
+    /// [`TextCache::byte_page`] where a block of the page is not text: from lossy blocks.
+    async fn lossy_page<E>(
+        &self,
+        blob: TextBlob<'_>,
+        offset: u64,
+        limit: u64,
+        end: u64,
+        fetch: &impl Fetch<E>,
+    ) -> Result<Option<EscapedPage>, E> {
+        // The page ends at or before `end`, a unit's start; its block is the span's last.
+        let (first, last) = (offset / self.block, (end / self.block).min((blob.size - 1) / self.block));
+        let blocks = (first..=last).map(|k| self.get_lossy_block(blob, k, fetch));
+        let blocks = futures::future::try_join_all(blocks).await?;
+        let Some(blocks) = blocks.into_iter().collect::<Option<Vec<_>>>() else {
             return Ok(None);
         };
-        let Some(stop) = span.stop(offset, end, size).filter(|&stop| span.plain(offset, stop, size)) else {
-            return Ok(None);
-        };
-        let capped = limit > READ_CAP as u64 && stop < size.min(offset.saturating_add(limit));
-        Ok(Some(span.page(blob, offset, stop, capped)))
+        Ok(LossySpan { first, block: self.block, blocks }.page(blob, offset, limit))
     }
 
     /// The line page `line`/`lines` of `blob` with its content escaped, as `paging::line_page`
@@ -498,26 +540,63 @@ impl TextCache {
         Ok(blocks.iter().all(|b| b.text).then_some(Span { first, block: self.block, blocks }))
     }
 
+    /// `fetch(range)`, and the blob's newlines before `range.start` (counted from the
+    /// checkpoint before it, read as well); `None` if the read came back short.
+    async fn read_counted<E>(
+        &self,
+        blob: TextBlob<'_>,
+        range: Range<u64>,
+        fetch: &impl Fetch<E>,
+    ) -> Result<Option<(Bytes, u64)>, E> {
+        let cp = LineIndex::decode(blob.line_index).for_offset(range.start);
+        let raw = fetch(cp.offset..range.end).await?;
+        if raw.len() as u64 != range.end - cp.offset {
+            return Ok(None); // a short read: nothing kept that the usual path would not say
+        }
+        let before = &raw[..(range.start - cp.offset) as usize];
+        let newlines = cp.newlines + memchr::memchr_iter(b'\n', before).count() as u64;
+        Ok(Some((raw.slice((range.start - cp.offset) as usize..), newlines)))
+    }
+
+    /// Lossy block `k` of `blob`, from the cache or read and decoded now.
+    async fn get_lossy_block<E>(
+        &self,
+        blob: TextBlob<'_>,
+        k: u64,
+        fetch: &impl Fetch<E>,
+    ) -> Result<Option<Arc<LossyBlock>>, E> {
+        let key = (*blob.digest, k | LOSSY_KEY);
+        let kept = self.blocks.get_or_insert_async(&key, async {
+            let (start, stop) = (k * self.block, ((k + 1) * self.block).min(blob.size));
+            let from = start.saturating_sub(CONTEXT);
+            let read = self.read_counted(blob, from..(stop + CONTEXT).min(blob.size), fetch).await?;
+            Ok(Kept::Lossy(read.map(|(raw, newlines)| {
+                let lead = (start - from) as usize;
+                let first_line = newlines + memchr::memchr_iter(b'\n', &raw[..lead]).count() as u64;
+                Arc::new(LossyBlock::build(raw, lead, (stop - start) as usize, first_line))
+            })))
+        });
+        Ok(match kept.await? {
+            Kept::Lossy(b) => b,
+            Kept::Text(_) => None,
+        })
+    }
+
     /// Block `k` of `blob`, from the cache or read, escaped and kept now (once, however many
     /// readers ask for it at the same time).
     async fn get_block<E>(&self, blob: TextBlob<'_>, k: u64, fetch: &impl Fetch<E>) -> Result<Arc<TextBlock>, E> {
         let key = (*blob.digest, k);
-        self.blocks
-            .get_or_insert_async(&key, async {
-                let (start, stop) = (k * self.block, ((k + 1) * self.block).min(blob.size));
-                // Its first line: counted from the checkpoint at or before it.
-                let cp = LineIndex::decode(blob.line_index).for_offset(start);
-                let raw = fetch(cp.offset..stop).await?;
-                let Some(block) = raw.get((start - cp.offset) as usize..).filter(|b| b.len() as u64 == stop - start)
-                else {
-                    // A short read: nothing kept that the usual path would not say.
-                    return Ok(Arc::new(TextBlock::build(&[0xFF], 0)));
-                };
-                let before = &raw[..(start - cp.offset) as usize];
-                let first_line = cp.newlines + memchr::memchr_iter(b'\n', before).count() as u64;
-                Ok(Arc::new(TextBlock::build(block, first_line)))
-            })
-            .await
+        let kept = self.blocks.get_or_insert_async(&key, async {
+            let (start, stop) = (k * self.block, ((k + 1) * self.block).min(blob.size));
+            Ok(Kept::Text(Arc::new(match self.read_counted(blob, start..stop, fetch).await? {
+                Some((raw, first_line)) => TextBlock::build(&raw, first_line),
+                None => TextBlock::build(&[0xFF], 0), // not text: left to the usual path
+            })))
+        });
+        Ok(match kept.await? {
+            Kept::Text(b) => b,
+            Kept::Lossy(_) => Arc::new(TextBlock::build(&[0xFF], 0)),
+        })
     }
 }
 
@@ -530,6 +609,7 @@ mod tests {
     use proptest::prelude::*;
     use spillway_api::paging::lines::LineIndexBuilder;
     use spillway_api::paging::{byte_page, line_page, MemorySource, Source};
+    use spillway_api::ReadPage;
 
     /// The page as `byte_page` cuts it and `PageJson` writes it, and as the cache writes it
     /// (`None` when the cache leaves it to the usual path).
@@ -627,9 +707,8 @@ mod tests {
         for offset in (0..log.len() as u64).step_by(997) {
             for limit in [1, 100, 5000, 100_000, 300_000] {
                 let (slow, fast) = both(&log, &cache, offset, limit);
-                let at = log[offset as usize];
-                if is_continuation(at) || (limit == 1 && at >= 0x80) {
-                    assert!(fast.is_none(), "a page starting inside a character is lossy, and left to byte_page");
+                if limit == 1 && log[offset as usize] >= 0x80 {
+                    assert!(fast.is_none(), "a limit shorter than a character is left to byte_page");
                     continue;
                 }
                 assert_eq!(fast.as_deref(), Some(&slow[..]), "offset {offset} limit {limit}");
@@ -677,16 +756,82 @@ mod tests {
         assert_eq!(fetches.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 
+    /// Bytes of every kind: invalid sequences, continuation and lead bytes, text, newlines.
+    fn bytes() -> impl Strategy<Value = Vec<u8>> {
+        let byte = prop_oneof![
+            4 => any::<u8>(),
+            2 => 0x80u8..=0xBF,
+            2 => 0xC0u8..=0xFF,
+            1 => Just(b'\n'),
+            1 => Just(b'"'),
+        ];
+        let piece = prop_oneof![
+            4 => proptest::collection::vec(byte, 0..40),
+            2 => "\\PC{0,20}\n?".prop_map(String::into_bytes),
+        ];
+        proptest::collection::vec(piece, 0..80).prop_map(|v| v.concat())
+    }
+
+    fn lossy(page: &[u8]) -> bool {
+        sonic_rs::from_slice::<ReadPage>(page).unwrap().lossy
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+        #[test]
+        fn lossy_pages_from_decoded_blocks_are_the_usual_pages_byte_for_byte(
+            data in bytes(), block in prop_oneof![Just(8u64), Just(64), Just(300), Just(4096)],
+            at in 0usize..4000, limit in prop_oneof![1u64..12, 1u64..400, Just(100_000), Just(200_000)],
+        ) {
+            let cache = TextCache::with_block(1 << 20, block).unwrap();
+            let offset = (at % (data.len() + 1)) as u64;
+            let (slow, fast) = both(&data, &cache, offset, limit);
+            if let Some(fast) = &fast {
+                prop_assert_eq!(String::from_utf8_lossy(fast), String::from_utf8_lossy(&slow));
+            }
+            let strays = data.iter().skip(offset as usize).take_while(|b| is_continuation(**b)).count();
+            if (offset as usize) < data.len() && strays <= 16 && limit >= 4 && lossy(&slow) {
+                prop_assert!(fast.is_some(), "a lossy page is served from the blocks");
+            }
+        }
+    }
+
     #[test]
-    fn lossy_pages_are_left_to_the_usual_path() {
-        let mut data = b"plain text\n".repeat(100);
-        data[500] = 0xFF;
+    fn capped_lossy_pages_of_random_bytes_read_the_same() {
+        // Random bytes with a line of text now and then: the cap, counted in
+        // decoded bytes, cuts every 100 KB page at about 50 KB of input.
+        let mut data = vec![0u8; 300_000];
+        rand::RngCore::fill_bytes(&mut <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(7), &mut data);
+        for at in (0..data.len() - 100).step_by(7919) {
+            data[at..at + 11].copy_from_slice(b"a line \"x\"\n");
+        }
+        for cache in [TextCache::new(1 << 24).unwrap(), TextCache::with_block(1 << 24, 4096).unwrap()] {
+            let mut served = 0;
+            for offset in (0..data.len() as u64).step_by(9973).chain([65_535, 65_536, 65_537, 299_990]) {
+                for limit in [4, 5000, 100_000, 300_000] {
+                    let (slow, fast) = both(&data, &cache, offset, limit);
+                    assert_eq!(fast.as_deref(), Some(&slow[..]), "offset {offset} limit {limit}");
+                    served += 1;
+                }
+            }
+            assert!(served > 50, "{served}");
+        }
+        // A page whose decoded text is exactly the cap is whole, not capped.
+        let exact = [&[0xFF][..], &b"a".repeat(READ_CAP + 10)].concat();
+        for block in [4096, BLOCK] {
+            let cache = TextCache::with_block(1 << 24, block).unwrap();
+            let (slow, fast) = both(&exact, &cache, 0, READ_CAP as u64 - 2);
+            assert!(!sonic_rs::from_slice::<ReadPage>(&slow).unwrap().capped);
+            assert_eq!(fast.as_deref(), Some(&slow[..]));
+        }
+        // Text around one bad byte: the blocks that hold only text serve text pages.
+        let mut text = b"plain text\n".repeat(100);
+        text[500] = 0xFF;
         let cache = TextCache::with_block(1 << 20, 256).unwrap();
-        assert!(both(&data, &cache, 400, 200).1.is_none(), "the invalid byte is in the page");
-        assert!(both(&data, &cache, 0, 100).1.is_some(), "a block without it");
-        let mut cut = b"abc".repeat(100);
-        cut.extend("é".as_bytes().first());
-        assert!(both(&cut, &cache, 250, 1000).1.is_none(), "the blob ends inside a character");
+        let (slow, fast) = both(&text, &cache, 400, 200);
+        assert!(lossy(&slow) && fast.as_deref() == Some(&slow[..]), "the page with the bad byte");
+        let (slow, fast) = both(&text, &cache, 0, 100);
+        assert!(!lossy(&slow) && fast.as_deref() == Some(&slow[..]), "a page before it");
     }
 
     #[test]

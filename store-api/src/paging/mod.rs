@@ -208,31 +208,49 @@ fn lossy_content(raw: &[u8]) -> Content {
             i += 1;
             continue;
         }
-        // A lead byte: the longest well-formed prefix of its sequence is the whole character,
-        // or what one U+FFFD replaces (the second byte's range depends on the lead, Table 3-7
-        // of the Unicode standard).
-        let [width, lo, hi] = LEAD[usize::from(b)];
-        let width = usize::from(width);
-        let mut seen = 1;
-        if raw.get(i + 1).is_some_and(|c| (lo..=hi).contains(c)) {
-            seen = 2;
-            while seen < width && raw.get(i + seen).is_some_and(|c| (0x80..=0xBF).contains(c)) {
-                seen += 1;
-            }
-        }
-        let piece = if seen == width { &raw[i..i + width] } else { &REPLACEMENT[..] };
+        let (seen, whole) = lead_unit(raw, i);
+        let piece = if whole { &raw[i..i + seen] } else { &REPLACEMENT[..] };
         if o + piece.len() > READ_CAP {
             break true;
         }
         out[o..o + piece.len()].copy_from_slice(piece);
         o += piece.len();
-        lossy |= seen != width;
+        lossy |= !whole;
         i += seen;
     };
     out.truncate(o);
     // Only whole characters and U+FFFD were written; checked again, by the vectorised validator.
     let text = simdutf8::basic::from_utf8(&out).expect("the lossy decoder writes only whole characters").to_owned();
     Content { text, used: i, lossy, cut }
+}
+
+/// The step lossy decoding takes at `raw[i]`, as `String::from_utf8_lossy` takes it: the
+/// unit's length in bytes, and whether it is a character (`false`: one U+FFFD stands for it).
+/// Decoding from any byte that is not a continuation byte (`80`–`BF`) steps through the same
+/// units as decoding the whole input does: such a byte always starts one.
+pub fn lossy_unit(raw: &[u8], i: usize) -> (usize, bool) {
+    match ONE_BYTE_OUT[usize::from(raw[i])] {
+        1 => (1, true),
+        3 => (1, false),
+        _ => lead_unit(raw, i),
+    }
+}
+
+/// [`lossy_unit`] at a lead byte: the longest well-formed prefix of its sequence is the whole
+/// character, or what one U+FFFD replaces (the second byte's range depends on the lead, Table
+/// 3-7 of the Unicode standard).
+#[inline]
+fn lead_unit(raw: &[u8], i: usize) -> (usize, bool) {
+    let [width, lo, hi] = LEAD[usize::from(raw[i])];
+    let width = usize::from(width);
+    let mut seen = 1;
+    if raw.get(i + 1).is_some_and(|c| (lo..=hi).contains(c)) {
+        seen = 2;
+        while seen < width && raw.get(i + seen).is_some_and(|c| (0x80..=0xBF).contains(c)) {
+            seen += 1;
+        }
+    }
+    (seen, seen == width)
 }
 
 fn char_width(lead: u8) -> usize {
@@ -1083,6 +1101,25 @@ mod tests {
             let (got, want) = (to_content(&raw), content_by_chunks(&raw));
             prop_assert_eq!(&got.text, &want.text);
             prop_assert_eq!((got.used, got.lossy, got.cut), (want.used, want.lossy, want.cut));
+        }
+    }
+
+    proptest! {
+        /// `lossy_unit`, step by step, is std's lossy decoding, and every byte that is not a
+        /// continuation byte starts a unit (so decoding may start there).
+        #[test]
+        fn lossy_units_are_std_decoding_and_start_at_every_non_continuation_byte(raw in utf8_edges()) {
+            let (mut text, mut i, mut starts) = (Vec::new(), 0, std::collections::HashSet::new());
+            while i < raw.len() {
+                starts.insert(i);
+                let (len, whole) = lossy_unit(&raw, i);
+                text.extend_from_slice(if whole { &raw[i..i + len] } else { &REPLACEMENT[..] });
+                i += len;
+            }
+            prop_assert_eq!(String::from_utf8(text).unwrap(), String::from_utf8_lossy(&raw));
+            for (p, b) in raw.iter().enumerate() {
+                prop_assert!(b & 0xC0 == 0x80 || starts.contains(&p), "byte {} ({:#x}) starts no unit", p, b);
+            }
         }
     }
 

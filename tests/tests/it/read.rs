@@ -1,6 +1,7 @@
 //! The capped read API and grep, over HTTP.
 
 use bytes::Bytes;
+use rand::{RngCore, SeedableRng};
 use reqwest::{Method, StatusCode};
 use spillway_api::ContextLine;
 use spillway_client::{GrepRequest, ReadRequest, UploadOptions};
@@ -63,6 +64,18 @@ async fn capped_reads_from_escaped_text_are_the_usual_pages() {
     );
     compare_pages(&plain, &srv, &d, &asks).await;
     assert!(escaped() - before > 15, "most line pages came from the escaped text");
+    // Random bytes (an agent `cat`s a binary): every page lossy, from the decoded blocks.
+    let mut random = vec![0u8; 400_000];
+    rand::rngs::StdRng::seed_from_u64(11).fill_bytes(&mut random);
+    let random = Bytes::from(random);
+    let d = srv.client().put(random.clone(), &UploadOptions::default()).await.unwrap().digest;
+    plain.client().put(random.clone(), &UploadOptions::default()).await.unwrap();
+    let asks: Vec<String> = (0..24)
+        .map(|i| format!("offset={}&limit={}", i * 16_411 % 400_000, [4, 5000, 100_000, 1_000_000][i as usize % 4]))
+        .collect();
+    let before = escaped();
+    compare_pages(&plain, &srv, &d, &asks).await;
+    assert!(escaped() - before >= asks.len() as u64, "every lossy page came from the decoded blocks");
     assert_eq!(plain.state.escaped_pages.load(Ordering::Relaxed), 0);
     plain.stop().await;
     srv.stop().await;
