@@ -4,10 +4,11 @@
 //! reading the bytes out of the page cache the next; a blob never changes, so a block escaped
 //! once serves every later page over it, and nothing is ever invalidated.
 //!
-//! A page the blocks cannot answer exactly as `paging::byte_page` would (invalid UTF-8, a
-//! character cut at the page's start, a limit smaller than one character) is left to it: the
-//! caller cuts that page the usual way. The property tests check the two agree byte for byte.
-//! Byte pages of bytes that are not UTF-8 come from blocks kept decoded (`lossy`).
+//! A byte page that is not plain text (invalid UTF-8, a character cut at its start or across a
+//! block edge) comes from blocks kept decoded as lossy decoding decodes them (`lossy`). What
+//! neither kind of block answers exactly as `paging` would (a limit smaller than one character,
+//! a line page that is not plain text) is left to it: the caller cuts that page the usual way.
+//! The property tests check the two agree byte for byte.
 
 mod lossy;
 
