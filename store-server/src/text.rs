@@ -797,6 +797,26 @@ mod tests {
         }
     }
 
+    /// Every short blob of the bytes at UTF-8's edges, every page of it, full-size blocks.
+    #[test]
+    fn every_page_of_every_short_blob_reads_the_same() {
+        const BYTES: [u8; 7] = [b'A', b'\n', 0x80, 0xC3, 0xE2, 0xF0, 0xFF];
+        let cache = TextCache::new(1 << 24).unwrap();
+        for len in 1..=4u32 {
+            for n in 0..7usize.pow(len) {
+                let data: Vec<u8> = (0..len).map(|i| BYTES[n / 7usize.pow(i) % 7]).collect();
+                for offset in 0..data.len() as u64 {
+                    for limit in [1, 2, 3, 4, 5, 100_000] {
+                        let (slow, fast) = both(&data, &cache, offset, limit);
+                        if let Some(fast) = fast {
+                            assert_eq!(fast, slow, "{data:x?} offset {offset} limit {limit}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn capped_lossy_pages_of_random_bytes_read_the_same() {
         // Random bytes with a line of text now and then: the cap, counted in
