@@ -103,6 +103,15 @@ enum Op {
         #[arg(long)]
         count: usize,
     },
+    /// Greps of `name` (spillway only) with `query` (`pattern=…&before=…`), `count` times.
+    Grep {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        query: String,
+        #[arg(long)]
+        count: usize,
+    },
 }
 
 struct Ctx {
@@ -264,6 +273,7 @@ async fn main() -> anyhow::Result<()> {
                     Op::Range { name, size, secs } => Work::Range(name.clone(), *size, Duration::from_secs(*secs)),
                     Op::Get { name, count } => Work::Get(name.clone(), *count as u64),
                     Op::Line { name, line, lines, count } => Work::Line(name.clone(), *line, *lines, *count as u64),
+                    Op::Grep { name, query, count } => Work::Grep(name.clone(), query.clone(), *count as u64),
                     Op::Pages { name } => Work::Pages(name.clone(), Some(0)),
                     Op::Poll { wait_ms, count } => {
                         Work::Poll(stream.clone().unwrap_or_default(), *wait_ms, *count as u64)
@@ -292,6 +302,7 @@ enum Work {
     Range(String, u64, Duration),
     Get(String, u64),
     Line(String, u64, u64, u64),
+    Grep(String, String, u64),
     /// The blob, and the offset of the next page (`None`: read to the end).
     Pages(String, Option<u64>),
     Poll(String, u64, u64),
@@ -357,6 +368,15 @@ async fn run(
                 let url = format!("{}/v1/blobs/{name}/read?line={line}&lines={lines}", ctx.url);
                 let resp = ctx.auth(ctx.http.get(url)).send().await?;
                 anyhow::ensure!(resp.status().is_success(), "line {}", resp.status());
+                bytes += resp.bytes().await?.len() as u64;
+            }
+            Work::Grep(name, query, count) => {
+                if next.fetch_add(1, Ordering::Relaxed) >= *count {
+                    break;
+                }
+                let url = format!("{}/v1/blobs/{name}/grep?{query}", ctx.url);
+                let resp = ctx.auth(ctx.http.get(url)).send().await?;
+                anyhow::ensure!(resp.status().is_success(), "grep {}", resp.status());
                 bytes += resp.bytes().await?.len() as u64;
             }
         }
