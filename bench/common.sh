@@ -21,3 +21,17 @@ wait_ready() {
     sleep 0.1
   done
 }
+
+# cpu_ticks PID: the user + system CPU time of a process, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# with_cpu PID COMMAND...: runs a load-generator COMMAND and prints its JSON line with the CPU
+# time process PID spent meanwhile, per request (`server_cpu_us_per_req`).
+with_cpu() {
+  local pid=$1 before line
+  shift
+  before=$(cpu_ticks "$pid")
+  line=$("$@")
+  python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['server_cpu_us_per_req']=round(int(sys.argv[2])*1e6/int(sys.argv[3])/r['requests'],1); print(json.dumps(r))" \
+    "$line" "$(( $(cpu_ticks "$pid") - before ))" "$(getconf CLK_TCK)"
+}

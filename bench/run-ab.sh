@@ -25,15 +25,10 @@ wait_ready "$work/base" 17801
 wait_ready "$work/head" 17802
 out="$work/results.jsonl"
 : > "$out"
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime of a process, in clock ticks
 run() { # name, port, op args...: the load generator's JSON line, plus the server's CPU per request
   local name=$1 port=$2; shift 2
   local pid; pid=$([ "$name" = base ] && echo "$a" || echo "$b")
-  local before; before=$(cpu_ticks "$pid")
-  local line; line=$(SPILLWAY_TOKEN=$(cat "$work/$name/token") $load --target spillway --url "http://127.0.0.1:$port" "$@")
-  local used=$(( $(cpu_ticks "$pid") - before ))
-  python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['server_cpu_us_per_req']=round(int(sys.argv[2])*1e6/int(sys.argv[3])/r['requests'],1); print(json.dumps(r))" \
-    "$line" "$used" "$(getconf CLK_TCK)" | tee -a "$out"
+  SPILLWAY_TOKEN=$(cat "$work/$name/token") with_cpu "$pid" $load --target spillway --url "http://127.0.0.1:$port" "$@" | tee -a "$out"
 }
 if [ "$mode" = put ]; then
   for round in $(seq 1 "${ROUNDS:-3}"); do

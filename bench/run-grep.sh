@@ -17,12 +17,8 @@ load=target/release/spillway-load
 start_spillway "$work/spw" 17748
 S="$load --target spillway --url http://127.0.0.1:17748"
 log=$($S seed --size 300000 --lines)
-ticks() { awk '{print $14 + $15}' "/proc/$spw/stat"; }
 run() { # label, query, count
-  local before; before=$(ticks)
-  local line; line=$($S --concurrency 4 --label "$1" grep --name "$log" --query "$2" --count "$3")
-  python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['server_cpu_us_per_req']=round(int(sys.argv[2])*1e6/int(sys.argv[3])/r['requests'],1); print(json.dumps(r))" \
-    "$line" "$(( $(ticks) - before ))" "$(getconf CLK_TCK)"
+  with_cpu "$spw" $S --concurrency 4 --label "$1" grep --name "$log" --query "$2" --count "$3"
 }
 curl -sf -H "Authorization: Bearer $SPILLWAY_TOKEN" "http://127.0.0.1:17748/v1/blobs/$log" -o "$work/log.txt"
 local_grep() { # label, count, command...

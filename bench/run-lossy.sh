@@ -15,12 +15,8 @@ start_spillway "$work/spw" 17747
 S="$load --target spillway --url http://127.0.0.1:17747"
 text=$($S seed --size 1300000 --lines)
 binary=$($S seed --size 50000000)
-ticks() { awk '{print $14 + $15}' "/proc/$spw/stat"; }
 run() { # label, name
-  local before; before=$(ticks)
-  local line; line=$($S --concurrency 16 --label "$1" range --name "$2" --size 50000000 --secs 10)
-  python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['server_cpu_us_per_req']=round(int(sys.argv[2])*1e6/int(sys.argv[3])/r['requests'],1); print(json.dumps(r))" \
-    "$line" "$(( $(ticks) - before ))" "$(getconf CLK_TCK)"
+  with_cpu "$spw" $S --concurrency 16 --label "$1" range --name "$2" --size 50000000 --secs 10
 }
 for round in 1 2 3; do
   run "text capped 100 KB read r$round" "$text"

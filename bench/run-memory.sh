@@ -19,13 +19,12 @@ kb() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$spw/status"; }
 S="$load --target spillway --url http://127.0.0.1:17746"
 log=$($S seed --size 1300000 --lines)
 idle=$(kb VmRSS)
-ticks() { awk '{print $14 + $15}' "/proc/$spw/stat"; }
 $S --concurrency 1000 --label "1,000 long-polls, 30 s each" poll --wait-ms 30000 --count 1000 &
 polls=$!
 sleep 3 # all connected and waiting
-t0=$(ticks)
+t0=$(cpu_ticks "$spw")
 sleep 5
-idle_cpu=$(python3 -c "print(round(($(ticks) - $t0) / $(getconf CLK_TCK) / 5 * 100, 1))")
+idle_cpu=$(python3 -c "print(round(($(cpu_ticks "$spw") - $t0) / $(getconf CLK_TCK) / 5 * 100, 1))")
 waiting=$(kb VmRSS)
 $S --concurrency 1000 --label "capped 100 KB read, 1,000 connections, beside the polls" \
   range --name "$log" --size 50000000 --secs 15

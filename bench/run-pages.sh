@@ -24,13 +24,9 @@ plain=$(start plain 17804 0)
 trap 'kill $cached $plain 2>/dev/null; wait 2>/dev/null' EXIT
 wait_ready "$work/cached" 17803
 wait_ready "$work/plain" 17804
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 run() { # name, port, pid, label, op args...
   local name=$1 port=$2 pid=$3 label=$4; shift 4
-  local before; before=$(cpu_ticks "$pid")
-  local line; line=$(SPILLWAY_TOKEN=$(cat "$work/$name/token") $load --target spillway --url "http://127.0.0.1:$port" --label "$label" "$@")
-  python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['server_cpu_us_per_req']=round(int(sys.argv[2])*1e6/int(sys.argv[3])/r['requests'],1); print(json.dumps(r))" \
-    "$line" "$(( $(cpu_ticks "$pid") - before ))" "$(getconf CLK_TCK)"
+  SPILLWAY_TOKEN=$(cat "$work/$name/token") with_cpu "$pid" $load --target spillway --url "http://127.0.0.1:$port" --label "$label" "$@"
 }
 for round in 1 2 3; do
   for name in cached plain; do

@@ -272,8 +272,12 @@ async fn main() -> anyhow::Result<()> {
                     Op::Put { .. } => Work::Put(bodies.clone()),
                     Op::Range { name, size, secs } => Work::Range(name.clone(), *size, Duration::from_secs(*secs)),
                     Op::Get { name, count } => Work::Get(name.clone(), *count as u64),
-                    Op::Line { name, line, lines, count } => Work::Line(name.clone(), *line, *lines, *count as u64),
-                    Op::Grep { name, query, count } => Work::Grep(name.clone(), query.clone(), *count as u64),
+                    Op::Line { name, line, lines, count } => {
+                        Work::Ask(format!("/v1/blobs/{name}/read?line={line}&lines={lines}"), *count as u64)
+                    }
+                    Op::Grep { name, query, count } => {
+                        Work::Ask(format!("/v1/blobs/{name}/grep?{query}"), *count as u64)
+                    }
                     Op::Pages { name } => Work::Pages(name.clone(), Some(0)),
                     Op::Poll { wait_ms, count } => {
                         Work::Poll(stream.clone().unwrap_or_default(), *wait_ms, *count as u64)
@@ -301,8 +305,8 @@ enum Work {
     Put(Arc<Vec<(Bytes, Option<String>)>>),
     Range(String, u64, Duration),
     Get(String, u64),
-    Line(String, u64, u64, u64),
-    Grep(String, String, u64),
+    /// A GET of this path and query (a line page, a grep), `count` times in all.
+    Ask(String, u64),
     /// The blob, and the offset of the next page (`None`: read to the end).
     Pages(String, Option<u64>),
     Poll(String, u64, u64),
@@ -361,22 +365,12 @@ async fn run(
                 bytes += page["length"].as_u64().unwrap_or_default();
                 *at = page["next_offset"].as_u64();
             }
-            Work::Line(name, line, lines, count) => {
+            Work::Ask(path, count) => {
                 if next.fetch_add(1, Ordering::Relaxed) >= *count {
                     break;
                 }
-                let url = format!("{}/v1/blobs/{name}/read?line={line}&lines={lines}", ctx.url);
-                let resp = ctx.auth(ctx.http.get(url)).send().await?;
-                anyhow::ensure!(resp.status().is_success(), "line {}", resp.status());
-                bytes += resp.bytes().await?.len() as u64;
-            }
-            Work::Grep(name, query, count) => {
-                if next.fetch_add(1, Ordering::Relaxed) >= *count {
-                    break;
-                }
-                let url = format!("{}/v1/blobs/{name}/grep?{query}", ctx.url);
-                let resp = ctx.auth(ctx.http.get(url)).send().await?;
-                anyhow::ensure!(resp.status().is_success(), "grep {}", resp.status());
+                let resp = ctx.auth(ctx.http.get(format!("{}{path}", ctx.url))).send().await?;
+                anyhow::ensure!(resp.status().is_success(), "{path}: {}", resp.status());
                 bytes += resp.bytes().await?.len() as u64;
             }
         }
