@@ -1,4 +1,6 @@
 # Sourced by the bench scripts: one release spillway-server on loopback, started and ready.
+# bench_setup NAME: builds the release server and load generator, empties the work directory
+# ($BENCH_DIR, or /tmp/spillway-bench-NAME) and sets `work` and `load`.
 # start_spillway DIR PORT: starts the server (SPILLWAY_SERVER_BIN, or this tree's release build)
 # with its data in DIR, waits until it answers and has written its first token, exports
 # SPILLWAY_TOKEN and sets spw to its pid; the server is stopped when the script exits.
@@ -34,4 +36,11 @@ with_cpu() {
   line=$("$@")
   python3 -c "import json,sys; r=json.loads(sys.argv[1]); r['server_cpu_us_per_req']=round(int(sys.argv[2])*1e6/int(sys.argv[3])/r['requests'],1); print(json.dumps(r))" \
     "$line" "$(( $(cpu_ticks "$pid") - before ))" "$(getconf CLK_TCK)"
+}
+
+bench_setup() {
+  cargo build --release -q -p spillway-server -p spillway-bench
+  work=${BENCH_DIR:-/tmp/spillway-bench-$1}
+  rm -rf "$work" && mkdir -p "$work"
+  load=target/release/spillway-load
 }

@@ -10,10 +10,7 @@ cd "$(dirname "$0")/.."
 . bench/common.sh
 base=$1
 mode=${2:-read}
-cargo build --release -q -p spillway-server -p spillway-bench
-work=${BENCH_DIR:-/tmp/spillway-bench-ab}
-rm -rf "$work" && mkdir -p "$work"
-load=target/release/spillway-load
+bench_setup ab
 start() { # name, binary, port
   SPILLWAY_DATA_DIR="$work/$1" SPILLWAY_LISTEN=127.0.0.1:$3 RUST_LOG=warn "$2" >"$work/$1.log" 2>&1 &
   echo $!

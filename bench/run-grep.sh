@@ -10,10 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/common.sh
 . bench/common.sh
-cargo build --release -q -p spillway-server -p spillway-bench
-work=${BENCH_DIR:-/tmp/spillway-bench-grep}
-rm -rf "$work" && mkdir -p "$work"
-load=target/release/spillway-load
+bench_setup grep
 start_spillway "$work/spw" 17748
 S="$load --target spillway --url http://127.0.0.1:17748"
 log=$($S seed --size 300000 --lines)

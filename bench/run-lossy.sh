@@ -7,10 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/common.sh
 . bench/common.sh
-cargo build --release -q -p spillway-server -p spillway-bench
-work=${BENCH_DIR:-/tmp/spillway-bench-lossy}
-rm -rf "$work" && mkdir -p "$work"
-load=target/release/spillway-load
+bench_setup lossy
 start_spillway "$work/spw" 17747
 S="$load --target spillway --url http://127.0.0.1:17747"
 text=$($S seed --size 1300000 --lines)

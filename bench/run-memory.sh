@@ -9,10 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/common.sh
 . bench/common.sh
-cargo build --release -q -p spillway-server -p spillway-bench
-work=${BENCH_DIR:-/tmp/spillway-bench-memory}
-rm -rf "$work" && mkdir -p "$work"
-load=target/release/spillway-load
+bench_setup memory
 export SPILLWAY_MAX_CONNECTIONS=4096
 start_spillway "$work/spw" 17746
 kb() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$spw/status"; }

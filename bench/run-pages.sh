@@ -10,10 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/common.sh
 . bench/common.sh
-cargo build --release -q -p spillway-server -p spillway-bench
-work=${BENCH_DIR:-/tmp/spillway-bench-pages}
-rm -rf "$work" && mkdir -p "$work"
-load=target/release/spillway-load
+bench_setup pages
 start() { # name, port, text cache bytes
   SPILLWAY_DATA_DIR="$work/$1" SPILLWAY_LISTEN=127.0.0.1:$2 SPILLWAY_TEXT_CACHE_BYTES=$3 RUST_LOG=warn \
     target/release/spillway-server >"$work/$1.log" 2>&1 &
