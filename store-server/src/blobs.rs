@@ -27,6 +27,7 @@ use crate::cache::BlockCache;
 use crate::clock::{Clock, SystemClock};
 use crate::direct::{Parts, Pending};
 use crate::spool::Spool;
+use crate::staging::StagingDir;
 
 /// Blobs up to this size are stored inline in their metadata row: one group commit makes
 /// them durable, with no file and no fsync of their own.
@@ -55,10 +56,6 @@ pub enum BlobError {
     /// Any other storage failure.
     #[error("blob storage failed")]
     Storage(#[source] Cause),
-    /// Bytes written straight to their key were published, then removed by a deletion that
-    /// raced the upload: there is no copy left to publish again.
-    #[error("the upload's bytes were deleted while it was stored")]
-    Spent,
 }
 
 impl BlobError {
@@ -110,6 +107,9 @@ impl From<object_store::Error> for BlobError {
         }
     }
 }
+
+/// Completes bytes written straight to their content key (see [`BlobStore::completion`]).
+pub type Completion = Box<dyn FnOnce() -> futures::future::BoxFuture<'static, Result<(), BlobError>> + Send>;
 
 /// Bytes received, verified by hash, not yet published.
 #[derive(Debug)]
@@ -195,6 +195,12 @@ impl Drop for TmpGuard {
 }
 
 impl Staged {
+    /// True when the bytes were written straight to their content key (completed by
+    /// [`BlobStore::completion`], once).
+    pub fn is_direct(&self) -> bool {
+        matches!(self.tmp.tmp, Tmp::Direct(..))
+    }
+
     /// The bytes, when the blob is small enough to be stored inline with its metadata.
     pub fn inline(&self) -> Option<&Bytes> {
         match &self.tmp.tmp {
@@ -293,6 +299,8 @@ pub struct BlobStore {
     open_files: Arc<OpenFiles>,
     /// Object stores: blocks of blobs read lately (see [`BlobStore::with_read_cache`]).
     blocks: Option<Arc<BlockCache>>,
+    /// `file://` stores: this process's directory for bodies being received.
+    staging: Option<Arc<StagingDir>>,
 }
 
 /// Most blob files kept open.
@@ -399,7 +407,7 @@ impl BlobStore {
                 let s3 = builder.build()?;
                 let store: Arc<dyn ObjectStore> =
                     if prefix.as_ref().is_empty() { Arc::new(s3) } else { Arc::new(PrefixStore::new(s3, prefix)) };
-                let this = Self { store, local_root: None, open_files: Arc::default(), blocks: None };
+                let this = Self { store, local_root: None, open_files: Arc::default(), blocks: None, staging: None };
                 this.clean_object_tmp().await;
                 Ok(this)
             }
@@ -408,9 +416,9 @@ impl BlobStore {
     }
 
     async fn open_local(root: PathBuf) -> anyhow::Result<Self> {
+        // Leftovers of a dead process are never published; a live one's are kept.
         let tmp = root.join("tmp");
-        let _ = tokio::fs::remove_dir_all(&tmp).await; // leftovers of a crash are never published
-        tokio::fs::create_dir_all(&tmp).await?;
+        let staging = tokio::task::spawn_blocking(move || StagingDir::create(&tmp)).await??;
         for i in 0..=255u8 {
             tokio::fs::create_dir_all(root.join("blobs").join(format!("{i:02x}"))).await?;
         }
@@ -421,7 +429,13 @@ impl BlobStore {
         })
         .await??;
         let store = Arc::new(LocalFileSystem::new_with_prefix(&root)?);
-        Ok(Self { store, local_root: Some(root), open_files: Arc::default(), blocks: None })
+        Ok(Self {
+            store,
+            local_root: Some(root),
+            open_files: Arc::default(),
+            blocks: None,
+            staging: Some(Arc::new(staging)),
+        })
     }
 
     async fn clean_object_tmp(&self) {
@@ -441,9 +455,9 @@ impl BlobStore {
     async fn open_sink(&self, announced: Option<Digest>) -> Result<(Sink, TmpGuard), BlobError> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let guard = |tmp| TmpGuard { tmp, store: self.store.clone() };
-        Ok(match &self.local_root {
-            Some(root) => {
-                let path = root.join("tmp").join(&id);
+        Ok(match &self.staging {
+            Some(staging) => {
+                let path = staging.path().join(&id);
                 let spool = Spool::create(&path).await?;
                 (Sink::Local(spool), guard(Tmp::Local(path)))
             }
@@ -580,31 +594,53 @@ impl BlobStore {
     /// Makes staged bytes readable under their content key. Idempotent: publishing bytes that
     /// are already there (a concurrent identical upload) succeeds.
     pub async fn publish(&self, staged: &Staged) -> Result<(), BlobError> {
+        match self.publisher(staged) {
+            Some(publish) => publish().await,
+            None => Ok(()),
+        }
+    }
+
+    /// What makes staged bytes readable under their content key, owning what it needs, so the
+    /// caller can run it later — inside the transaction that references them (`Db::add_ref`).
+    /// The staged copy must outlive it (the `Staged` is kept until the answer). `None` for
+    /// inline bytes, which are stored with their row.
+    pub fn publisher(&self, staged: &Staged) -> Option<Completion> {
         let key = blob_key(&staged.digest);
         match (&staged.tmp.tmp, &self.local_root) {
             (Tmp::Local(tmp), Some(root)) => {
-                let dest = root.join(key.as_ref());
-                match tokio::fs::hard_link(tmp, &dest).await {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(e.into()),
-                }
-                let dir = dest.parent().map(FsPath::to_path_buf).unwrap_or_default();
-                tokio::task::spawn_blocking(move || fsync_dir(&dir)).await??;
+                let (tmp, dest) = (tmp.clone(), root.join(key.as_ref()));
+                Some(Box::new(move || {
+                    Box::pin(async move {
+                        match tokio::fs::hard_link(&tmp, &dest).await {
+                            Ok(()) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                        let dir = dest.parent().map(FsPath::to_path_buf).unwrap_or_default();
+                        tokio::task::spawn_blocking(move || fsync_dir(&dir)).await??;
+                        Ok(())
+                    })
+                }))
             }
-            (Tmp::Object(tmp), _) => self.store.copy(tmp, &key).await?,
+            (Tmp::Object(tmp), _) => {
+                let (store, tmp) = (self.store.clone(), tmp.clone());
+                Some(Box::new(move || Box::pin(async move { Ok(store.copy(&tmp, &key).await?) })))
+            }
             (Tmp::Direct(direct, upload), _) => {
-                // Completed once; asked again (a deletion of the same content raced this
-                // upload), there is nothing left to publish from unless the object is there.
-                if !upload.complete().await? && !self.exists(&staged.digest).await? {
-                    return Err(BlobError::Spent);
-                }
                 debug_assert_eq!(*direct, key);
+                let upload = upload.clone();
+                Some(Box::new(move || {
+                    Box::pin(async move {
+                        upload.complete().await?;
+                        Ok(())
+                    })
+                }))
             }
-            (Tmp::Inline(_), _) => {} // stored with the metadata row
-            (Tmp::Local(_), None) => return Err(BlobError::storage("local staging without a root")),
+            (Tmp::Inline(_), _) => None,
+            (Tmp::Local(_), None) => {
+                Some(Box::new(|| Box::pin(async { Err(BlobError::storage("local staging without a root")) })))
+            }
         }
-        Ok(())
     }
 
     /// Whether an upload whose digest is announced can be written straight to its content key

@@ -107,6 +107,14 @@ impl From<DbError> for ApiError {
                 tracing::error!(cause = %cause, "database unavailable");
                 Self::Unavailable("the metadata database is unavailable; retry".into())
             }
+            DbError::Bytes(cause) if matches!(cause.downcast_ref(), Some(crate::blobs::BlobError::Full(_))) => {
+                tracing::error!(cause = %cause, "blob storage full");
+                Self::InsufficientStorage
+            }
+            DbError::Bytes(cause) => {
+                tracing::error!(cause = ?cause, "blob storage failed inside a transaction");
+                Self::Unavailable("blob storage is unavailable; retry".into())
+            }
             DbError::Corrupt { .. } => Self::internal(err),
             DbError::Statement(cause) => Self::internal(cause),
         }

@@ -18,6 +18,7 @@ pub mod retention;
 pub mod routes;
 pub mod server;
 mod spool;
+mod staging;
 pub mod state;
 pub mod store;
 pub mod streams;

@@ -1,5 +1,8 @@
 //! Retention: references expire by TTL, pins never do, and the bytes of a blob go only when
-//! no namespace references it and its grace period has passed. Two faces: `run_retention`,
+//! no namespace references it and its grace period has passed — removed by
+//! [`delete_claimed`] under the row lock that keeps the invariant written in
+//! `db/retention.rs` (no byte of referenced content is ever removed; an upload racing a
+//! deletion takes the content back). Two faces: `run_retention`,
 //! the interval loop inside the server, and `run_retention_once`, which the `retention`
 //! command and the tests call.
 
@@ -24,10 +27,10 @@ pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Resu
         (s.blobs_deleted, s.bytes_freed) = state.db.count_collectable(now, cutoff).await?;
         return Ok(s);
     }
-    state.db.mark_expired(now).await?;
+    // Grace first, from the expiry times, while the expired references are still there.
+    state.db.mark_unreferenced(now).await?;
     s.references_expired = in_pages(|| state.db.expire_refs(now, PAGE)).await?;
     s.streams_expired = in_pages(|| state.db.expire_streams(now, PAGE, false)).await?;
-    state.db.mark_unreferenced(now).await?;
     // Claimed first (`live` → `deleting`, which an upload's reference prevents), then deleted.
     let collect = |page: Vec<(Digest, u64)>| async move {
         let mut claimed = Vec::new();
@@ -92,7 +95,7 @@ where
         let full = page.len() as i64 == PAGE;
         let last = page.last().map(|(d, _)| *d);
         for (digest, size) in keep(page).await? {
-            if delete(state, &digest).await? {
+            if delete_claimed(state, &digest).await? {
                 s.blobs_deleted += 1;
                 s.bytes_freed += size;
             }
@@ -105,8 +108,8 @@ where
 }
 
 /// Bytes with no row, written before `cutoff` (a crash between publication and the row):
-/// each is claimed with a `deleting` row first, so an upload of the same content waits and
-/// publishes again rather than racing the deletion.
+/// each is claimed with a `deleting` row first and deleted like any claimed blob, so an
+/// upload of the same content takes the row back rather than racing the deletion.
 async fn sweep_orphans(state: &AppState, cutoff: i64, now: i64, s: &mut RetentionSummary) -> anyhow::Result<()> {
     use futures::TryStreamExt;
     let mut listed = state.blobs.list().try_filter(|(_, _, written)| std::future::ready(*written <= cutoff)).boxed();
@@ -121,7 +124,10 @@ async fn sweep_orphans(state: &AppState, cutoff: i64, now: i64, s: &mut Retentio
         let digests: Vec<Digest> = batch.iter().map(|(d, _, _)| *d).collect();
         let known = state.db.known_blobs(&digests).await?;
         for (digest, size, _) in batch.drain(..) {
-            if !known.contains(&digest) && state.db.claim_orphan(&digest, now).await? && delete(state, &digest).await? {
+            if !known.contains(&digest)
+                && state.db.claim_orphan(&digest, now).await?
+                && delete_claimed(state, &digest).await?
+            {
                 tracing::info!(%digest, size, "deleted bytes that had no metadata row");
                 s.orphans_deleted += 1;
                 s.bytes_freed += size;
@@ -133,10 +139,15 @@ async fn sweep_orphans(state: &AppState, cutoff: i64, now: i64, s: &mut Retentio
     }
 }
 
-/// Second phase for one claimed blob: the bytes, then the row. Missing bytes count as deleted.
-async fn delete(state: &AppState, digest: &Digest) -> anyhow::Result<bool> {
-    state.blobs.delete(digest).await?;
-    Ok(state.db.forget_blob(digest).await?)
+/// Second phase for one claimed blob: its bytes, then its row, in one transaction that holds
+/// the row ([`Db::delete_claimed`](crate::db::Db::delete_claimed)). False when an upload took
+/// the content back (or another pass finished it) first. Missing bytes count as deleted.
+pub async fn delete_claimed(state: &AppState, digest: &Digest) -> anyhow::Result<bool> {
+    let (blobs, d) = (state.blobs.clone(), *digest);
+    let remove = Box::new(move || -> futures::future::BoxFuture<'static, Result<(), crate::blobs::BlobError>> {
+        Box::pin(async move { blobs.delete(&d).await })
+    });
+    Ok(state.db.delete_claimed(digest, remove).await??.is_some())
 }
 
 /// Runs a pass every `interval` until `cancel` fires. Failures are logged and retried next time.

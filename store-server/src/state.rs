@@ -62,8 +62,8 @@ pub struct Shared {
 /// Counts of the rare branches of the write path, per server.
 #[derive(Debug, Default)]
 pub struct UploadRaces {
-    /// Uploads that found their content's row being deleted and waited for it.
-    pub waited_for_deletion: std::sync::atomic::AtomicU64,
+    /// Uploads that found their content claimed by retention (`deleting`) and took it back.
+    pub took_back: std::sync::atomic::AtomicU64,
     /// Uploads that published their bytes again after a deletion removed them.
     pub published_again: std::sync::atomic::AtomicU64,
 }

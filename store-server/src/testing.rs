@@ -108,7 +108,8 @@ impl TestServer {
                         let p = e.path();
                         if p.is_dir() {
                             stack.push(p)
-                        } else {
+                        } else if p.extension().is_none_or(|e| e != "lock") {
+                            // (A process's staging lock is not staged bytes.)
                             out.push(p.display().to_string())
                         }
                     }

@@ -1,8 +1,7 @@
-//! The write path shared by uploads and stream seals: stage and verify the bytes, then either
-//! reference the stored copy (dedup) or publish the staged one, never leaving a reference to
-//! bytes that retention is deleting.
-
-use std::time::Duration;
+//! The write path shared by uploads and stream seals: stage and verify the bytes, publish
+//! them, then reference the content in one transaction that inserts its row, keeps it, or
+//! takes it back from retention (see `db::blobs` and `retention` for the invariant). An
+//! upload never waits for a deletion of the same content and never fails because of one.
 
 use bytes::Bytes;
 use futures::Stream;
@@ -11,12 +10,9 @@ use tracing::instrument;
 
 use crate::blobs::{BlobError, Staged, INLINE_MAX};
 use crate::clock::rfc3339;
-use crate::db::{AddRef, BlobRow, BlobState, NewRef};
+use crate::db::{BlobRow, BlobState, NewRef};
 use crate::error::{ApiError, ApiResult};
 use crate::state::{AppState, UploadRaces};
-
-/// How long an upload waits for retention to finish deleting the same content.
-const DELETING_WAIT: Duration = Duration::from_secs(15);
 
 /// The reference an upload makes.
 #[derive(Debug, Clone)]
@@ -48,10 +44,6 @@ impl From<BlobError> for ApiError {
             BlobError::NotFound => {
                 tracing::error!("blob bytes missing from storage");
                 ApiError::Unavailable("the blob's bytes are being replaced; retry".into())
-            }
-            BlobError::Spent => {
-                tracing::warn!("an upload's bytes were deleted by a racing deletion of the same content");
-                ApiError::Unavailable("the same content was deleted while this upload was stored; retry".into())
             }
             BlobError::Storage(cause) => {
                 tracing::error!(cause = %cause, "blob storage failed");
@@ -119,6 +111,19 @@ fn check(expected: Option<AnyDigest>, staged: &Staged) -> ApiResult<()> {
 
 async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, staged: &Staged) -> ApiResult<Stored> {
     check(expected, staged)?;
+    // What the database says of this content now, to try the likely statement first.
+    // Inline blobs, nearly always new, skip the look.
+    let hint = if staged.inline().is_some() { None } else { state.db.blob_state(&staged.digest).await? };
+    // Bytes first, then the row that points to them (a crash in between leaves bytes without a
+    // row, which retention sweeps; never a row without bytes). Content that is live already
+    // has its bytes: they are published only if the row turns out to need them, and then
+    // inside its transaction; so are bytes written straight to their key (`Db::add_ref`).
+    let inside = staged.is_direct() || hint == Some(BlobState::Live);
+    if !inside {
+        state.blobs.publish(staged).await?;
+    }
+    let publish = if inside { state.blobs.publisher(staged) } else { None };
+    // The reference lives `ttl` from the moment it is written, not from when the body began.
     let now = state.now();
     let expires_at = spec.ttl_ms.map(|t| now.saturating_add(t));
     let new_ref = NewRef {
@@ -128,11 +133,16 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
         expires_at,
         pin_reason: None,
     };
-    let deduplicated = reference(state, staged, &new_ref, now).await?;
-    // A deletion that claimed an earlier life of this content before our row existed may have
-    // removed the bytes between our publication and our row (its row was gone when ours went
-    // in). Our reference now keeps every deleter away: one look, and publish again if needed.
-    if staged.inline().is_none() && !state.blobs.exists(&staged.digest).await? {
+    let done = state.db.add_ref(&blob_row(staged), &new_ref, now, hint, publish).await?;
+    if done.took_back {
+        UploadRaces::count(&state.races.took_back);
+        tracing::info!(digest = %staged.digest, "took back content that retention was deleting");
+    }
+    // A deletion that held the content's row before ours (claimed, its bytes going) may have
+    // removed the bytes we published before our row went in. Our reference now keeps every
+    // deleter away: one look, and publish again from the staged copy if needed. (Bytes
+    // published inside our transaction, or a live row kept, cannot have lost them so.)
+    if !inside && staged.inline().is_none() && !state.blobs.exists(&staged.digest).await? {
         tracing::warn!(digest = %staged.digest, "bytes removed by a deletion that raced this upload; publishing again");
         UploadRaces::count(&state.races.published_again);
         state.blobs.publish(staged).await?;
@@ -143,52 +153,10 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
             sha256: Sha256Digest::from_bytes(staged.sha256).to_string(),
             size: staged.size,
             lines: staged.lines,
-            deduplicated,
+            deduplicated: done.deduplicated,
             expires_at: expires_at.map(rfc3339),
         },
     })
-}
-
-/// Makes the reference: to the stored blob when it is live (dedup), after publishing the staged
-/// bytes when there is none, after waiting when retention is deleting the same content.
-/// Returns whether the namespace already held the blob.
-async fn reference(state: &AppState, staged: &Staged, new_ref: &NewRef, now: i64) -> ApiResult<bool> {
-    let give_up = tokio::time::Instant::now() + DELETING_WAIT;
-    // New content (the common case) goes straight to publication: one write, not two.
-    // Inline blobs cost nothing to publish, so they skip the look first.
-    let look = if staged.inline().is_some() { None } else { state.db.blob_state(&new_ref.digest).await? };
-    let mut step = match look {
-        None => AddRef::Absent,
-        Some(BlobState::Deleting) => AddRef::Deleting,
-        Some(BlobState::Live) => state.db.add_ref_if_live(new_ref, now).await?,
-    };
-    loop {
-        step = match step {
-            AddRef::Added { deduplicated } => return Ok(deduplicated),
-            AddRef::Absent => match state.blobs.publish(staged).await {
-                // Whatever raced the publication (retention collecting the same content under
-                // it), the staged copy is still ours: publish it again.
-                Err(BlobError::NotFound) if tokio::time::Instant::now() < give_up => {
-                    UploadRaces::count(&state.races.published_again);
-                    tracing::warn!(digest = %staged.digest, "publication raced a deletion; publishing again");
-                    AddRef::Absent
-                }
-                Err(e) => return Err(e.into()),
-                Ok(()) => match state.db.insert_blob_with_ref(&blob_row(staged), new_ref, now).await? {
-                    Some(deduplicated) => return Ok(deduplicated),
-                    None => AddRef::Deleting,
-                },
-            },
-            AddRef::Deleting => {
-                UploadRaces::count(&state.races.waited_for_deletion);
-                if tokio::time::Instant::now() > give_up {
-                    return Err(ApiError::Unavailable("the same content is being deleted; retry".into()));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                state.db.add_ref_if_live(new_ref, now).await?
-            }
-        };
-    }
 }
 
 /// The metadata row of staged bytes.

@@ -1,8 +1,10 @@
 //! Blobs and the references that make them visible in a namespace.
 //!
-//! A blob row is written only after its bytes are durable, and a reference is only ever added
-//! to a blob in state `live` in the same transaction that clears `unreferenced_since`; the
-//! retention claim requires that column to be set, so the two can never both win.
+//! A blob row is written only after its bytes are durable (or, for bytes completed in place,
+//! in the transaction that completes them), and a reference is only ever added in a
+//! transaction that first writes its blob's row — inserting it, clearing its grace, or taking
+//! it back from retention — so that it serializes with a deletion on that row. The invariant
+//! this keeps, and why it holds under READ COMMITTED, is written in `db/retention.rs`.
 
 use std::collections::BTreeMap;
 
@@ -170,6 +172,77 @@ async fn insert_ref(c: &mut AnyConnection, r: &NewRef, now: i64) -> DbResult<()>
     Ok(())
 }
 
+/// Completes bytes written straight to their key, inside the transaction that references
+/// them (see [`Db::add_ref`]); its error is the blob store's.
+pub type Complete<E> = Box<dyn FnOnce() -> futures::future::BoxFuture<'static, Result<(), E>> + Send>;
+
+/// What [`Db::add_ref`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Referenced {
+    /// The namespace held a live reference before.
+    pub deduplicated: bool,
+    /// The row was `deleting` (claimed by retention) and is live again.
+    pub took_back: bool,
+    /// The row was live, and kept so: its bytes are there.
+    pub kept: bool,
+}
+
+/// The three ways to hold content's row for a new reference, each one statement that touches
+/// the row (so that it takes the row lock a deleter holds, and PostgreSQL re-checks a waiting
+/// retention statement against the new row version).
+#[derive(Debug, Clone, Copy)]
+enum Hold {
+    Insert,
+    Keep,
+    TakeBack,
+}
+
+/// Inserts, keeps or takes back the row of `b`; says which. Tries the statement
+/// `hint` suggests first; each statement that finds nothing to do moves on to the next (the row
+/// appeared, went live, or was deleted by a deleter whose lock it waited for meanwhile).
+async fn hold_row(c: &mut AnyConnection, b: &BlobRow, now: i64, hint: Option<BlobState>) -> DbResult<Hold> {
+    let order = match hint {
+        None => [Hold::Insert, Hold::Keep, Hold::TakeBack],
+        Some(BlobState::Live) => [Hold::Keep, Hold::TakeBack, Hold::Insert],
+        Some(BlobState::Deleting) => [Hold::TakeBack, Hold::Keep, Hold::Insert],
+    };
+    // Each round ends with a row held unless rows come and go between its three statements;
+    // a few rounds settle any such churn.
+    for _ in 0..8 {
+        for step in order {
+            let q = match step {
+                Hold::Insert => sqlx::query(
+                    "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, inline_data, state) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, 'live') ON CONFLICT (digest) DO NOTHING",
+                ),
+                Hold::Keep => {
+                    sqlx::query("UPDATE blobs SET unreferenced_since = NULL WHERE digest = $1 AND state = 'live'")
+                }
+                Hold::TakeBack => sqlx::query(
+                    "UPDATE blobs SET state = 'live', unreferenced_since = NULL, deleting_since = NULL, \
+                     sha256 = $2, size = $3, lines = $4, line_index = $5, created_at = $6, inline_data = $7 \
+                     WHERE digest = $1 AND state = 'deleting'",
+                ),
+            };
+            let q = q.bind(b.digest.hex());
+            let q = match step {
+                Hold::Keep => q,
+                Hold::Insert | Hold::TakeBack => q
+                    .bind(b.sha256.hex())
+                    .bind(to_i64(b.size))
+                    .bind(to_i64(b.lines))
+                    .bind(&b.line_index)
+                    .bind(now)
+                    .bind(b.inline_data.as_deref()),
+            };
+            if q.execute(&mut *c).await?.rows_affected() == 1 {
+                return Ok(step);
+            }
+        }
+    }
+    Err(DbError::unavailable("the content's row kept changing; retry"))
+}
+
 impl Db {
     /// The blob if `namespace` holds a live reference to it.
     pub async fn visible_blob(&self, ns: &Namespace, digest: &Digest, now: i64) -> DbResult<Option<BlobRow>> {
@@ -257,50 +330,48 @@ impl Db {
         .await
     }
 
-    /// Records a blob whose bytes were just made durable, with its first reference. Returns
-    /// `None` when a row in state `deleting` is in the way (retention is collecting it).
-    pub async fn insert_blob_with_ref(&self, b: &BlobRow, r: &NewRef, now: i64) -> DbResult<Option<bool>> {
+    /// References content whose bytes the caller has (published, or about to be completed by
+    /// `complete`), in one transaction: the row is inserted when there is none, kept when it is
+    /// live (its grace cleared), or **taken back** when retention has claimed it (`deleting`
+    /// → `live`, described by `b`: the caller's bytes are what it holds now). `hint` is the
+    /// state the caller saw, to try the likely statement first. Never waits for a deleter
+    /// beyond the row lock of one byte deletion ([`Db::delete_claimed`]).
+    ///
+    /// `publish`, when given, runs inside the transaction once the row is held, if the row was
+    /// inserted or taken back (a kept live row has its bytes): bytes written straight to their
+    /// key (a direct multipart upload) are completed there, and a re-upload of content that
+    /// was live publishes there only if it was not — so no deleter can remove the bytes
+    /// between their publication and the reference.
+    pub async fn add_ref<E: std::error::Error + Send + Sync + 'static>(
+        &self,
+        b: &BlobRow,
+        r: &NewRef,
+        now: i64,
+        hint: Option<BlobState>,
+        publish: Option<Complete<E>>,
+    ) -> DbResult<Referenced> {
         // New content, the common case, through the SQLite writer's own connection.
-        if let Some(fresh) = self.insert_fresh_natively(b, r, now).await {
-            if fresh? {
-                return Ok(Some(false));
+        if hint.is_none() && publish.is_none() {
+            if let Some(fresh) = self.insert_fresh_natively(b, r, now).await {
+                if fresh? {
+                    return Ok(Referenced { deduplicated: false, took_back: false, kept: false });
+                }
             }
         }
         let (b, r) = (b.clone(), r.clone());
         self.write_prefix_safe(move |c| {
             Box::pin(async move {
-                let fresh = sqlx::query(
-                    "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, inline_data, state) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, 'live') ON CONFLICT (digest) DO NOTHING",
-                )
-                .bind(b.digest.hex())
-                .bind(b.sha256.hex())
-                .bind(to_i64(b.size))
-                .bind(to_i64(b.lines))
-                .bind(&b.line_index)
-                .bind(now)
-                .bind(b.inline_data.as_deref())
-                .execute(&mut *c)
-                .await?
-                .rows_affected()
-                    == 1;
-                let deduplicated = if fresh {
-                    false // a new blob: no namespace held it
-                } else {
-                    // Someone stored it meanwhile: keep it alive, unless retention is deleting it.
-                    let kept =
-                        sqlx::query("UPDATE blobs SET unreferenced_since = NULL WHERE digest = $1 AND state = 'live'")
-                            .bind(b.digest.hex())
-                            .execute(&mut *c)
-                            .await?
-                            .rows_affected();
-                    if kept == 0 {
-                        return Ok(None);
-                    }
-                    holds(c, &r.namespace, &r.digest, now).await?
-                };
+                let held = hold_row(c, &b, now, hint).await?;
+                if let (Some(publish), false) = (publish, matches!(held, Hold::Keep)) {
+                    publish().await.map_err(|e| DbError::Bytes(std::sync::Arc::new(e)))?;
+                }
+                let deduplicated = holds(c, &r.namespace, &r.digest, now).await?;
                 insert_ref(c, &r, now).await?;
-                Ok(Some(deduplicated))
+                Ok(Referenced {
+                    deduplicated,
+                    took_back: matches!(held, Hold::TakeBack),
+                    kept: matches!(held, Hold::Keep),
+                })
             })
         })
         .await
@@ -360,8 +431,12 @@ impl Db {
     /// the blob's grace period now (not at the next retention pass).
     async fn delete_refs_where(&self, sql: &'static str, ns: &Namespace, digest: &Digest, now: i64) -> DbResult<u64> {
         let (ns, digest) = (ns.to_string(), digest.hex());
+        // The blob's row first: an upload adding a reference meanwhile holds it, and the
+        // statements below then read (a new snapshot) what it committed.
+        let lock = format!("SELECT digest FROM blobs WHERE digest = $1{}", self.for_update());
         self.write(move |c| {
             Box::pin(async move {
+                sqlx::query(&lock).bind(&digest).fetch_optional(&mut *c).await?;
                 let n = sqlx::query(sql).bind(&ns).bind(&digest).execute(&mut *c).await?.rows_affected();
                 sqlx::query(
                     "UPDATE blobs SET unreferenced_since = $2 WHERE digest = $1 AND state = 'live' \

@@ -27,6 +27,10 @@ pub enum DbError {
         /// The value found.
         value: String,
     },
+    /// Bytes stored inside a transaction (a direct upload's completion) failed; nothing of
+    /// the transaction was written.
+    #[error("storing the bytes failed")]
+    Bytes(#[source] DriverError),
     /// A statement failed otherwise.
     #[error("database statement failed")]
     Statement(#[source] DriverError),
@@ -69,6 +73,12 @@ impl DbError {
     /// True when the database failed for want of space.
     pub fn is_full(&self) -> bool {
         matches!(self, Self::Full(_))
+    }
+
+    /// Unavailable for a reason of our own, said in words.
+    pub(crate) fn unavailable(why: &str) -> Self {
+        let cause: Box<dyn std::error::Error + Send + Sync> = why.into();
+        Self::Unavailable(Arc::from(cause))
     }
 
     /// For a value read back that does not parse.

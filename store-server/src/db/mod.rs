@@ -13,7 +13,7 @@ mod retention;
 mod streams;
 mod tokens;
 
-pub use blobs::{AddRef, BlobRow, BlobState, NewRef, RefRow};
+pub use blobs::{AddRef, BlobRow, BlobState, Complete, NewRef, RefRow, Referenced};
 pub use error::{DbError, DbResult};
 pub use pool::{Backend, Db};
 pub use streams::{AppendOutcome, StreamRow};

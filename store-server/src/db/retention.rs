@@ -1,18 +1,66 @@
 //! The SQL of retention: expire references, note blobs nobody references, claim them for
-//! deletion (two-phase: `live` → `deleting` → row removed after the bytes are gone).
-//! Every step works in pages ordered by key, and PostgreSQL replicas skip rows another
-//! replica has locked instead of colliding with it.
+//! deletion, and delete them. Every step works in pages ordered by key, and PostgreSQL
+//! replicas skip rows another replica has locked instead of colliding with it.
+//!
+//! # The invariant: bytes go only with a row nobody can reference any more
+//!
+//! **The bytes of content X are removed only inside a transaction that holds X's `blobs` row
+//! (PostgreSQL: `SELECT … FOR UPDATE`; SQLite: the write transaction, which holds the whole
+//! database), finds it `deleting`, and — in a statement issued after the lock was granted —
+//! finds no reference to X. The row is deleted in that same transaction.**
+//!
+//! Every transaction that adds a reference to X first writes X's row: it inserts it, clears
+//! its grace (`live`), or takes it back (`deleting` → `live`) — see `Db::add_ref` and
+//! `Db::add_ref_if_live`. So it and a deleter serialize on the row:
+//! - the upload commits first: the deleter, reading after its lock, sees the reference (or
+//!   the row `live`) and leaves the bytes;
+//! - the deleter commits first: the row is gone when the upload's statements run (PostgreSQL
+//!   re-reads a row it waited for; SQLite ran the deleter's transaction whole before), so the
+//!   upload inserts a new row — after publishing its own bytes, and it looks for them once its
+//!   reference exists and publishes them again from its staged copy if the deleter took them.
+//!   Bytes an upload cannot publish twice (a direct multipart upload to the content key) are
+//!   completed inside its transaction, after the row is held, so no deleter runs between.
+//!
+//! This holds under PostgreSQL's default READ COMMITTED: a statement sees what committed
+//! before it began, and a statement that waits for a row lock re-checks that row's new
+//! version — but reads other tables (`refs`) as of its start. Hence the shapes here:
+//! - `delete_claimed` locks the row in one statement and counts references in the next;
+//! - `mark_unreferenced` locks its candidates (skipping rows an upload holds) and decides in a
+//!   second statement, so a reference committed while it waited is seen and the grace stays
+//!   exact (a single `UPDATE … WHERE NOT EXISTS (refs …)` would mark a just-referenced blob);
+//! - `claim_for_deletion` may run on a stale view at worst: a wrong claim deletes nothing
+//!   (the deletion re-checks) and an upload takes the row back.
+//!
+//! Uploads never wait for a deletion beyond the row lock of one byte deletion: a claim
+//! (`deleting`) is only an intention, which any upload of the same content overrides. A
+//! deleter that crashes leaves its row `deleting` (and maybe no bytes): a pass past the
+//! deletion lease finishes it, or an upload takes it back and publishes its bytes.
+//! (What no lock can fence: a deleter whose database connection is cut while its storage
+//! request is still in flight. Its transaction is gone, so the row is free, while the delete
+//! may still land; the window is one storage request.)
 
 use spillway_api::Digest;
 use sqlx::Row;
 
 use super::error::{DbError, DbResult};
+
+/// Rows a retention statement takes at a time.
+const PAGE: i64 = 500;
 use super::pool::{digest_at, Backend, Db};
 
 impl Db {
     fn skip_locked(&self) -> &'static str {
         match self.backend {
             Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        }
+    }
+
+    /// Locks the rows a query reads until the transaction ends (PostgreSQL; a SQLite write
+    /// transaction holds the whole database).
+    pub(super) fn for_update(&self) -> &'static str {
+        match self.backend {
+            Backend::Postgres => " FOR UPDATE",
             Backend::Sqlite => "",
         }
     }
@@ -83,35 +131,59 @@ impl Db {
         .await
     }
 
-    /// Starts the grace period of every live blob whose references have all expired, from the
-    /// moment the last of them expired: the grace is exact, whenever the pass runs.
-    pub async fn mark_expired(&self, now: i64) -> DbResult<u64> {
-        self.write(move |c| {
-            Box::pin(async move {
-                let sql = "UPDATE blobs SET unreferenced_since = \
-                               (SELECT MAX(r.expires_at) FROM refs r WHERE r.digest = blobs.digest) \
-                           WHERE state = 'live' AND unreferenced_since IS NULL \
-                           AND EXISTS (SELECT 1 FROM refs r WHERE r.digest = blobs.digest) \
-                           AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = blobs.digest \
-                                           AND (r.pinned = 1 OR r.expires_at > $1))";
-                Ok(sqlx::query(sql).bind(now).execute(c).await?.rows_affected())
-            })
-        })
-        .await
-    }
-
-    /// Starts the grace period of every live blob that no reference points to (one whose
-    /// references went some other way, such as a crash between steps).
+    /// Starts the grace period of live blobs that no live reference points to: from the moment
+    /// their last reference expired, or from `now` for those with no reference at all (their
+    /// references went by `DELETE`, which starts the grace itself, or by a crash between
+    /// steps). Returns how many it marked.
+    ///
+    /// Two statements per page, in one transaction: the first locks the candidates (skipping
+    /// rows an upload holds), the second, a new snapshot under READ COMMITTED, decides with
+    /// every reference committed before the locks were granted in sight. A single `UPDATE …
+    /// WHERE NOT EXISTS (refs …)` would not do: when it waits for a row an upload holds, it
+    /// re-checks that row after the upload commits but still reads `refs` as of its start, and
+    /// would mark a blob that has just been referenced.
     pub async fn mark_unreferenced(&self, now: i64) -> DbResult<u64> {
-        self.write(move |c| {
-            Box::pin(async move {
-                let sql =
-                    "UPDATE blobs SET unreferenced_since = $1 WHERE state = 'live' AND unreferenced_since IS NULL \
-                           AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = blobs.digest)";
-                Ok(sqlx::query(sql).bind(now).execute(c).await?.rows_affected())
-            })
-        })
-        .await
+        let mut total = 0;
+        let mut after = String::new();
+        loop {
+            let lock = format!(
+                "SELECT digest FROM blobs b WHERE state = 'live' AND unreferenced_since IS NULL AND digest > $1 \
+                 AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = b.digest AND (r.pinned = 1 OR r.expires_at > $2)) \
+                 ORDER BY digest LIMIT $3{}",
+                self.skip_locked()
+            );
+            let from = after.clone();
+            let (marked, last, full) = self
+                .write(move |c| {
+                    Box::pin(async move {
+                        let page: Vec<String> =
+                            sqlx::query_scalar(&lock).bind(from).bind(now).bind(PAGE).fetch_all(&mut *c).await?;
+                        let (last, full) = (page.last().cloned(), page.len() as i64 == PAGE);
+                        let mut marked = 0;
+                        for digest in &page {
+                            marked += sqlx::query(
+                                "UPDATE blobs SET unreferenced_since = COALESCE( \
+                                     (SELECT MAX(r.expires_at) FROM refs r WHERE r.digest = blobs.digest), $2) \
+                                 WHERE digest = $1 AND state = 'live' AND unreferenced_since IS NULL \
+                                 AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = blobs.digest \
+                                                 AND (r.pinned = 1 OR r.expires_at > $2))",
+                            )
+                            .bind(digest)
+                            .bind(now)
+                            .execute(&mut *c)
+                            .await?
+                            .rows_affected();
+                        }
+                        Ok((marked, last, full))
+                    })
+                })
+                .await?;
+            total += marked;
+            match last {
+                Some(last) if full => after = last,
+                _ => return Ok(total),
+            }
+        }
     }
 
     /// Digests after `after` (from the first when `None`) whose grace period ended by `cutoff`, in key order.
@@ -171,17 +243,40 @@ impl Db {
         rows.iter().map(|r| Ok((digest_at(r, "digest")?, r.try_get::<i64, _>("size")? as u64))).collect()
     }
 
-    /// Second phase: the bytes are gone, so the row goes.
-    pub async fn forget_blob(&self, digest: &Digest) -> DbResult<bool> {
+    /// Second phase of a deletion, in one transaction that holds the blob's row: if the row is
+    /// still `deleting` and no reference points to the blob (read after the lock was granted),
+    /// `remove` deletes the bytes and then the row goes. An upload that takes the content back
+    /// waits for this row lock, so bytes are never removed under a row an upload has made
+    /// live again. `Ok(Ok(Some(size)))`: deleted; `Ok(Ok(None))`: the row was gone, taken back
+    /// or referenced, and nothing was deleted; `Ok(Err(e))`: removing the bytes failed, the row
+    /// stays claimed for a later pass.
+    pub async fn delete_claimed<E: Send + 'static>(
+        &self,
+        digest: &Digest,
+        remove: Box<dyn FnOnce() -> futures::future::BoxFuture<'static, Result<(), E>> + Send>,
+    ) -> DbResult<Result<Option<u64>, E>> {
+        let lock = format!("SELECT state, size FROM blobs WHERE digest = $1{}", self.for_update());
         let digest = digest.hex();
         self.write(move |c| {
             Box::pin(async move {
-                let n = sqlx::query("DELETE FROM blobs WHERE digest = $1 AND state = 'deleting'")
-                    .bind(digest)
-                    .execute(c)
-                    .await?
-                    .rows_affected();
-                Ok(n == 1)
+                let row = sqlx::query(&lock).bind(&digest).fetch_optional(&mut *c).await?;
+                let Some(row) = row else { return Ok(Ok(None)) };
+                let (state, size): (String, i64) = (row.try_get("state")?, row.try_get("size")?);
+                let referenced: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM refs WHERE digest = $1")
+                    .bind(&digest)
+                    .fetch_one(&mut *c)
+                    .await?;
+                if state != "deleting" || referenced > 0 {
+                    return Ok(Ok(None));
+                }
+                if let Err(e) = remove().await {
+                    return Ok(Err(e));
+                }
+                sqlx::query("DELETE FROM blobs WHERE digest = $1 AND state = 'deleting'")
+                    .bind(&digest)
+                    .execute(&mut *c)
+                    .await?;
+                Ok(Ok(Some(size as u64)))
             })
         })
         .await

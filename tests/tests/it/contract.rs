@@ -202,7 +202,7 @@ async fn half_done_deletions_are_finished_after_the_lease() {
     let d = c.put(data, &ttl(1)).await.unwrap().digest;
     srv.clock.advance_secs(2);
     let (db, now) = (&srv.state.db, srv.state.now());
-    db.mark_expired(now).await.unwrap();
+    db.mark_unreferenced(now).await.unwrap();
     db.expire_refs(now, 500).await.unwrap();
     assert!(db.claim_for_deletion(&d, now, now).await.unwrap());
     // ... and the pass died here.
