@@ -129,6 +129,7 @@ pub async fn grep(src: &LocalSource, g: &crate::store::GrepRequest) -> Result<Gr
         max_matches: g.max_matches.unwrap_or(usize::MAX),
         before: g.before.unwrap_or(0) as usize,
         after: g.after.unwrap_or(0) as usize,
+        deadline: None,
     };
     paging::grep(src, req).await.map_err(page_err)
 }

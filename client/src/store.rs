@@ -232,15 +232,17 @@ impl StoreClient {
         decode(self.req(Method::GET, &format!("/v1/blobs/{digest}/read")).query(&r.query()).send().await?).await
     }
 
-    /// Matching lines of a blob.
+    /// Matching lines of a blob. A store busy with other scans (`429`) is asked again a few
+    /// times, as it says to.
     pub async fn grep(&self, digest: impl Into<AnyDigest>, g: &GrepRequest) -> Result<GrepResponse> {
-        let digest = digest.into();
-        decode(self.req(Method::GET, &format!("/v1/blobs/{digest}/grep")).query(&g.query()).send().await?).await
+        let path = format!("/v1/blobs/{}/grep", digest.into());
+        retry_busy(|| async { decode(self.req(Method::GET, &path).query(&g.query()).send().await?).await }).await
     }
 
     /// Matching lines of a stream so far (of its blob, once sealed).
     pub async fn grep_stream(&self, id: &str, g: &GrepRequest) -> Result<GrepResponse> {
-        decode(self.req(Method::GET, &format!("/v1/streams/{id}/grep")).query(&g.query()).send().await?).await
+        let path = format!("/v1/streams/{id}/grep");
+        retry_busy(|| async { decode(self.req(Method::GET, &path).query(&g.query()).send().await?).await }).await
     }
 
     /// Pins a blob in this namespace (admin).
@@ -360,6 +362,21 @@ where
         .with_max_times(2)
         .with_jitter();
     op.retry(backoff).when(|e| matches!(e, ClientError::Api { status: 503, .. })).await
+}
+
+/// Runs `op`, and again after ~250 ms, ~500 ms, ~1 s and ~2 s (with jitter) while it answers
+/// `429 too_many_requests`: the store runs so many scans at once and asks to come back.
+pub(crate) async fn retry_busy<T, F, Fut>(op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    use backon::Retryable;
+    let backoff = backon::ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(250))
+        .with_max_times(4)
+        .with_jitter();
+    op.retry(backoff).when(|e| matches!(e, ClientError::Api { status: 429, .. })).await
 }
 
 #[cfg(test)]

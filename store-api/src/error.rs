@@ -31,8 +31,13 @@ pub enum ErrorCode {
     RangeNotSatisfiable,
     /// Backend down; safe to retry.
     Unavailable,
-    /// Disk or quota full.
+    /// Disk full.
     InsufficientStorage,
+    /// The namespace's quota of stored bytes is reached (`--namespace-quota-bytes`).
+    QuotaExceeded,
+    /// A limit on concurrent work (open streams, heavy requests) is reached; retry after the
+    /// `Retry-After` seconds.
+    TooManyRequests,
     /// A server fault that is not the caller's.
     Internal,
     /// A code this version does not know.
@@ -51,8 +56,9 @@ impl ErrorCode {
             Self::OffsetMismatch | Self::StreamClosed => 409,
             Self::TooLarge | Self::StreamLimitExceeded => 413,
             Self::RangeNotSatisfiable => 416,
+            Self::TooManyRequests => 429,
             Self::Unavailable => 503,
-            Self::InsufficientStorage => 507,
+            Self::InsufficientStorage | Self::QuotaExceeded => 507,
             Self::Internal | Self::Other => 500,
         }
     }

@@ -301,6 +301,9 @@ pub struct BlobStore {
     blocks: Option<Arc<BlockCache>>,
     /// `file://` stores: this process's directory for bodies being received.
     staging: Option<Arc<StagingDir>>,
+    /// Files and directories made durable (fdatasync, fsync) by uploads: what tests compare
+    /// to show that two paths cost the same.
+    syncs: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Most blob files kept open.
@@ -381,6 +384,16 @@ fn blob_key(d: &Digest) -> Path {
     Path::from(format!("blobs/{}/{hex}", &hex[..2]))
 }
 
+/// Closes a directory made before (by an older version, or by hand) to other users.
+pub(crate) async fn make_private(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = tokio::fs::metadata(dir).await?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        tokio::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).await?;
+    }
+    Ok(())
+}
+
 fn fsync_dir(dir: &FsPath) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
@@ -407,7 +420,14 @@ impl BlobStore {
                 let s3 = builder.build()?;
                 let store: Arc<dyn ObjectStore> =
                     if prefix.as_ref().is_empty() { Arc::new(s3) } else { Arc::new(PrefixStore::new(s3, prefix)) };
-                let this = Self { store, local_root: None, open_files: Arc::default(), blocks: None, staging: None };
+                let this = Self {
+                    store,
+                    local_root: None,
+                    open_files: Arc::default(),
+                    blocks: None,
+                    staging: None,
+                    syncs: Arc::default(),
+                };
                 this.clean_object_tmp().await;
                 Ok(this)
             }
@@ -416,6 +436,8 @@ impl BlobStore {
     }
 
     async fn open_local(root: PathBuf) -> anyhow::Result<Self> {
+        tokio::fs::create_dir_all(&root).await?;
+        make_private(&root).await?;
         // Leftovers of a dead process are never published; a live one's are kept.
         let tmp = root.join("tmp");
         let staging = tokio::task::spawn_blocking(move || StagingDir::create(&tmp)).await??;
@@ -435,6 +457,7 @@ impl BlobStore {
             open_files: Arc::default(),
             blocks: None,
             staging: Some(Arc::new(staging)),
+            syncs: Arc::default(),
         })
     }
 
@@ -580,6 +603,7 @@ impl BlobStore {
             }
             (true, Held::Spilled(sink, tmp)) => {
                 (*sink).finish().await?;
+                self.syncs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok(Some(tmp))
             }
         }
@@ -608,7 +632,7 @@ impl BlobStore {
         let key = blob_key(&staged.digest);
         match (&staged.tmp.tmp, &self.local_root) {
             (Tmp::Local(tmp), Some(root)) => {
-                let (tmp, dest) = (tmp.clone(), root.join(key.as_ref()));
+                let (tmp, dest, syncs) = (tmp.clone(), root.join(key.as_ref()), self.syncs.clone());
                 Some(Box::new(move || {
                     Box::pin(async move {
                         match tokio::fs::hard_link(&tmp, &dest).await {
@@ -618,6 +642,7 @@ impl BlobStore {
                         }
                         let dir = dest.parent().map(FsPath::to_path_buf).unwrap_or_default();
                         tokio::task::spawn_blocking(move || fsync_dir(&dir)).await??;
+                        syncs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         Ok(())
                     })
                 }))
@@ -641,6 +666,12 @@ impl BlobStore {
                 Some(Box::new(|| Box::pin(async { Err(BlobError::storage("local staging without a root")) })))
             }
         }
+    }
+
+    /// Files and directories uploads made durable so far (staged files' `fdatasync`, the
+    /// blob directory's `fsync` at publication).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether an upload whose digest is announced can be written straight to its content key

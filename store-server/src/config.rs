@@ -53,6 +53,17 @@ pub struct Config {
     /// Bytes of blob text kept JSON-escaped in memory, from which capped reads of plain text
     /// are answered without reading or escaping them again; below 64 KiB, none.
     pub text_cache_bytes: u64,
+    /// Most streams a namespace may have open at once (`429 too_many_requests` past it).
+    pub max_open_streams: u64,
+    /// Most bytes a namespace may hold (distinct live blobs it references, plus its open
+    /// streams); `None`: no quota. Past it, uploads and appends are `507 quota_exceeded`.
+    pub namespace_quota_bytes: Option<u64>,
+    /// Threads that run heavy scans (grep, search), apart from the ones that answer requests.
+    pub heavy_threads: usize,
+    /// Heavy requests (grep, search) run or queued at once; past it `429 too_many_requests`.
+    pub max_heavy_requests: usize,
+    /// How long one grep or search request scans before it answers with where to go on.
+    pub search_budget: Duration,
 }
 
 impl Config {
@@ -80,6 +91,11 @@ impl Config {
             stream_poll_interval: Duration::from_millis(100),
             read_cache_bytes: 256 << 20,
             text_cache_bytes: 256 << 20,
+            max_open_streams: 1000,
+            namespace_quota_bytes: None,
+            heavy_threads: std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
+            max_heavy_requests: 16,
+            search_budget: Duration::from_millis(1000),
         }
     }
 

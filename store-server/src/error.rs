@@ -62,9 +62,25 @@ pub enum ApiError {
     /// Backend down or busy; safe to retry.
     #[error("{0}")]
     Unavailable(String),
-    /// Disk or quota full.
+    /// Disk full.
     #[error("storage is full; nothing was stored")]
     InsufficientStorage,
+    /// The namespace's quota of stored bytes would be passed.
+    #[error("this namespace's quota of {quota} bytes is reached ({used} in use); nothing was stored")]
+    QuotaExceeded {
+        /// The quota.
+        quota: u64,
+        /// Bytes the namespace holds.
+        used: u64,
+    },
+    /// A concurrency limit is reached; retry after `retry_after` seconds.
+    #[error("{message}")]
+    TooManyRequests {
+        /// For a person.
+        message: String,
+        /// Seconds, for `Retry-After`.
+        retry_after: u64,
+    },
     /// A fault of the server's.
     #[error("internal error: {0}")]
     Internal(String),
@@ -91,6 +107,8 @@ impl ApiError {
             Self::RangeNotSatisfiable { .. } => ErrorCode::RangeNotSatisfiable,
             Self::Unavailable(_) => ErrorCode::Unavailable,
             Self::InsufficientStorage => ErrorCode::InsufficientStorage,
+            Self::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
+            Self::TooManyRequests { .. } => ErrorCode::TooManyRequests,
             Self::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -144,9 +162,20 @@ impl IntoResponse for ApiError {
                 resp.headers_mut().insert(header::CONTENT_RANGE, v);
             }
         }
+        if matches!(self, Self::InsufficientStorage) {
+            resp.extensions_mut().insert(StorageFull);
+        }
+        if let Self::TooManyRequests { retry_after, .. } = self {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        }
         resp
     }
 }
+
+/// Marks an answer given because storage is full (not a quota): the edge then releases the
+/// space reserve.
+#[derive(Debug, Clone, Copy)]
+pub struct StorageFull;
 
 /// Handlers' result type.
 pub type ApiResult<T> = Result<T, ApiError>;

@@ -8,9 +8,11 @@ pub mod blobs;
 mod cache;
 pub mod clock;
 pub mod config;
+pub mod cursor;
 pub mod db;
 mod direct;
 pub mod error;
+pub mod heavy;
 pub mod json;
 pub mod listen;
 pub mod reserve;
@@ -33,5 +35,5 @@ pub mod upload;
 
 pub use config::Config;
 pub use retention::run_retention_once;
-pub use server::{build_state, ensure_first_token, serve};
+pub use server::{build_state, ensure_first_token, serve, serve_metrics};
 pub use state::AppState;

@@ -57,6 +57,10 @@ struct ServeOpts {
     /// Address to listen on.
     #[arg(long, env = "SPILLWAY_LISTEN", default_value = "127.0.0.1:7745")]
     listen: SocketAddr,
+    /// Address of the operator's metrics listener (`GET /metrics`), apart from the API so
+    /// that tenants never reach it; `none` for no metrics listener.
+    #[arg(long, env = "SPILLWAY_METRICS_LISTEN", default_value = "127.0.0.1:7746")]
+    metrics_listen: String,
     #[command(flatten)]
     retention: RetentionOpts,
     /// Largest blob an upload may carry, in bytes.
@@ -92,6 +96,21 @@ struct ServeOpts {
     /// Bytes of blob text kept JSON-escaped in memory for capped reads (0: none).
     #[arg(long, env = "SPILLWAY_TEXT_CACHE_BYTES", default_value_t = 256 << 20)]
     text_cache_bytes: u64,
+    /// Most streams one namespace may have open at once (429 past it).
+    #[arg(long, env = "SPILLWAY_MAX_OPEN_STREAMS", default_value_t = 1000)]
+    max_open_streams: u64,
+    /// Most bytes one namespace may hold: distinct live blobs, plus open streams (507 past it).
+    #[arg(long, env = "SPILLWAY_NAMESPACE_QUOTA_BYTES")]
+    namespace_quota_bytes: Option<u64>,
+    /// Threads for heavy scans (grep, search), apart from those answering requests (default: half the cores).
+    #[arg(long, env = "SPILLWAY_HEAVY_THREADS")]
+    heavy_threads: Option<usize>,
+    /// Heavy requests (grep, search) running or queued at once (429 past it).
+    #[arg(long, env = "SPILLWAY_MAX_HEAVY_REQUESTS", default_value_t = 16)]
+    max_heavy_requests: usize,
+    /// Milliseconds one grep or search request scans before it answers with where to go on.
+    #[arg(long, env = "SPILLWAY_SEARCH_BUDGET_MS", default_value_t = 1000)]
+    search_budget_ms: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -169,6 +188,13 @@ impl ServeOpts {
         c.storage_reserve_bytes = self.storage_reserve_bytes;
         c.read_cache_bytes = self.read_cache_bytes;
         c.text_cache_bytes = self.text_cache_bytes;
+        c.max_open_streams = self.max_open_streams;
+        c.namespace_quota_bytes = self.namespace_quota_bytes;
+        if let Some(n) = self.heavy_threads {
+            c.heavy_threads = n.max(1);
+        }
+        c.max_heavy_requests = self.max_heavy_requests.max(1);
+        c.search_budget = Duration::from_millis(self.search_budget_ms.max(1));
     }
 }
 
@@ -209,8 +235,31 @@ async fn main() -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(cli.serve.listen)
                 .await
                 .with_context(|| format!("cannot listen on {}", cli.serve.listen))?;
+            let metrics = match cli.serve.metrics_listen.as_str() {
+                "none" | "off" => None,
+                addr => {
+                    let addr: SocketAddr =
+                        addr.parse().with_context(|| format!("--metrics-listen {addr:?} is not an address"))?;
+                    let m = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                        format!("cannot listen for metrics on {addr} (--metrics-listen; `none` to go without)")
+                    })?;
+                    Some(m)
+                }
+            };
             tracing::info!(addr = %listener.local_addr()?, "spillway-server listening");
+            if let Some(m) = &metrics {
+                tracing::info!(metrics_addr = %m.local_addr()?, "metrics listening (for the operator's Prometheus)");
+            }
+            let stop = tokio_util::sync::CancellationToken::new();
+            let metrics = metrics.map(|m| {
+                let (config, stop) = (state.config.clone(), stop.clone());
+                tokio::spawn(async move { spillway_server::serve_metrics(m, &config, stop.cancelled_owned()).await })
+            });
             spillway_server::serve(listener, state, shutdown_signal()).await?;
+            stop.cancel();
+            if let Some(m) = metrics {
+                let _ = m.await;
+            }
         }
         Some(Command::Token { command: TokenCommand::Create { namespace, scopes } }) => {
             let token = create_token(&state.db, &namespace, &scopes, state.now()).await?;

@@ -19,7 +19,9 @@ use crate::state::AppState;
 
 /// Connects to the database (applying migrations) and opens the blob store.
 pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<AppState> {
+    private_files();
     tokio::fs::create_dir_all(&config.data_dir).await?;
+    crate::blobs::make_private(&config.data_dir).await?;
     let db = Db::connect(&config.database_url()).await?;
     let blobs =
         BlobStore::open(&config.blob_store_url(), &config.s3_options).await?.with_read_cache(config.read_cache_bytes);
@@ -31,6 +33,8 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
     } else {
         crate::reserve::Reserve::none()
     };
+    let cursors = crate::cursor::Cursors::new(&db.server_key("cursor").await?);
+    let heavy = Arc::new(crate::heavy::Heavy::new(config.heavy_threads, config.max_heavy_requests)?);
     Ok(AppState::new(crate::state::Shared {
         text: crate::text::TextCache::new(config.text_cache_bytes).map(Arc::new),
         reserve: Arc::new(reserve),
@@ -43,8 +47,17 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
         token_cache: Default::default(),
         blob_rows: Default::default(),
         races: Default::default(),
+        heavy,
+        cursors,
         escaped_pages: Default::default(),
     }))
+}
+
+/// Everything this process writes from now on is readable by its own user alone: files
+/// `0600`, directories `0700` (database, log, blobs, staged uploads, the token file).
+fn private_files() {
+    // SAFETY: umask changes only the process's file-mode creation mask; it cannot fail.
+    unsafe { libc::umask(0o077) };
 }
 
 /// On a first start (no tokens at all) creates an all-scopes token for namespace `default`
@@ -66,6 +79,17 @@ fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
     f.write_all(data)?;
     f.sync_all()
+}
+
+/// Serves the operator's metrics (`GET /metrics`, Prometheus text) on a listener of its own
+/// until `shutdown` completes.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    config: &Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    crate::routes::install_metrics();
+    crate::listen::accept_loop(listener, crate::routes::metrics_router(), config, shutdown).await;
 }
 
 /// Serves until `shutdown` completes, running retention on its interval meanwhile. Each

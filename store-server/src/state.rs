@@ -57,6 +57,10 @@ pub struct Shared {
     pub escaped_pages: std::sync::atomic::AtomicU64,
     /// How often uploads met retention deleting the same content (tests show the branches run).
     pub races: Arc<UploadRaces>,
+    /// Seals the cursors handed to clients (opaque, bound to their namespace).
+    pub cursors: crate::cursor::Cursors,
+    /// Threads and limits for heavy scans (grep, search).
+    pub heavy: Arc<crate::heavy::Heavy>,
 }
 
 /// Counts of the rare branches of the write path, per server.
@@ -136,6 +140,12 @@ impl StreamWaiters {
     /// Whether a reader of `id` is registered (tests wait on this, not on time).
     pub fn is_waiting(&self, id: &str) -> bool {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).contains_key(id)
+    }
+
+    /// How many readers of `id` wait now (tests wait on this, not on time).
+    pub fn waiting(&self, id: &str) -> usize {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(id).map_or(0, |n| Arc::strong_count(n) - 1)
     }
 
     /// Streams with readers waiting (for tests: the map must not grow without bound).

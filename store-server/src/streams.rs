@@ -45,7 +45,13 @@ pub async fn create(
     max_bytes: u64,
 ) -> ApiResult<StreamId> {
     let id = StreamId::new(&uuid::Uuid::new_v4().simple().to_string()).map_err(ApiError::internal)?;
-    state.db.create_stream(&id, ns, labels, ttl_ms, max_bytes, state.now()).await?;
+    let max = state.config.max_open_streams;
+    if !state.db.create_stream(&id, ns, labels, ttl_ms, max_bytes, state.now(), max).await? {
+        return Err(ApiError::TooManyRequests {
+            message: format!("this namespace has {max} streams open (--max-open-streams); seal or let some expire"),
+            retry_after: 60,
+        });
+    }
     Ok(id)
 }
 
@@ -59,6 +65,12 @@ pub async fn append(
     asked: u64,
     data: &Bytes,
 ) -> ApiResult<AppendResponse> {
+    if let Some(quota) = state.config.namespace_quota_bytes {
+        let used = state.db.namespace_usage(ns, state.now()).await?;
+        if used.saturating_add(data.len() as u64) > quota {
+            return Err(ApiError::QuotaExceeded { quota, used });
+        }
+    }
     match state.db.append_stream(ns, id, offset, data).await? {
         AppendOutcome::Stored { size, state: st, dropped } => {
             state.stream_waiters.wake(id);
@@ -226,7 +238,9 @@ pub async fn seal(state: &AppState, ns: &Namespace, id: &StreamId, how: SealRequ
             .visible_blob(ns, digest, state.now())
             .await?
             .ok_or_else(|| ApiError::NotFound(format!("sealed blob of stream {id}")))?;
-        return Ok((blob.record(true, None), false));
+        // The reference keeps its expiry: say it (absent only when pinned).
+        let until = state.db.visible_until(ns, digest, state.now()).await?.filter(|&t| t != i64::MAX);
+        return Ok((blob.record(true, until.map(crate::clock::rfc3339)), false));
     }
     let spec = RefSpec { namespace: ns.clone(), labels: row.labels.clone(), ttl_ms: Some(row.ttl_ms) };
     let stored = upload::store(state, None, &spec, chunks(&state.db, &row), Some(row.size)).await?;

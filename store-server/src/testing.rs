@@ -28,6 +28,8 @@ pub async fn backend_config(data_dir: impl Into<std::path::PathBuf>) -> Config {
 pub struct TestServer {
     /// `http://127.0.0.1:PORT`.
     pub url: String,
+    /// `http://127.0.0.1:PORT` of the operator's metrics listener.
+    pub metrics_url: String,
     /// An all-scopes token of namespace `ns-a`.
     pub token: String,
     /// The server's state (database, blob store, config).
@@ -38,6 +40,7 @@ pub struct TestServer {
     pub dir: Arc<TempDir>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    metrics_task: tokio::task::JoinHandle<()>,
 }
 
 impl TestServer {
@@ -72,8 +75,14 @@ impl TestServer {
             })
             .await;
         });
+        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind metrics");
+        let metrics_url = format!("http://{}", metrics.local_addr().expect("addr"));
+        let config = state.config.clone();
+        let metrics_task = tokio::spawn(async move {
+            crate::serve_metrics(metrics, &config, std::future::pending()).await;
+        });
         let token = create_token(&state.db, "ns-a", ALL, 0).await.expect("token");
-        Self { url, token, state, clock, dir, stop: Some(stop), task: Some(task) }
+        Self { url, metrics_url, token, state, clock, dir, stop: Some(stop), task: Some(task), metrics_task }
     }
 
     /// The configuration in force.
@@ -156,6 +165,7 @@ impl TestServer {
         if let Some(t) = self.task.take() {
             let _ = t.await;
         }
+        self.metrics_task.abort();
         self.state.db.close().await;
     }
 }

@@ -10,7 +10,7 @@ use tracing::instrument;
 
 use crate::blobs::{BlobError, Staged, INLINE_MAX};
 use crate::clock::rfc3339;
-use crate::db::{BlobRow, BlobState, NewRef};
+use crate::db::{BlobRow, NewRef};
 use crate::error::{ApiError, ApiResult};
 use crate::state::{AppState, UploadRaces};
 
@@ -66,7 +66,7 @@ where
     S: Stream<Item = Result<Bytes, E>> + Send,
     E: std::fmt::Display,
 {
-    let direct = direct_key(state, expected, size_hint).await?;
+    let direct = direct_key(state, expected, size_hint);
     let staged = state.blobs.stage(body, state.config.max_blob_bytes, size_hint, direct).await?;
     let result = commit(state, expected, spec, &staged).await;
     state.blobs.discard(staged).await;
@@ -80,20 +80,17 @@ where
 }
 
 /// The content key a body may be written straight to (on an object store, see
-/// [`BlobStore::stage`](crate::blobs::BlobStore::stage)): its announced BLAKE3 digest, when no
-/// row of that content exists. Bytes written straight to the key cannot be published a second
-/// time, and a deletion of the same content in progress could remove them; a stored blob is
-/// deduplicated anyway. Bodies announced as small enough to be inline need no look.
-async fn direct_key(
-    state: &AppState,
-    expected: Option<AnyDigest>,
-    size_hint: Option<u64>,
-) -> ApiResult<Option<Digest>> {
-    let Some(AnyDigest::Blake3(d)) = expected else { return Ok(None) };
+/// [`BlobStore::stage`](crate::blobs::BlobStore::stage)): its announced BLAKE3 digest, whether
+/// or not the content is stored already — the same requests either way, so timing tells no
+/// namespace what another holds. The multipart upload is completed inside the transaction
+/// that references it, only if the row needs its bytes; else it is aborted (the stored copy
+/// stays untouched). Bodies announced as small enough to be inline stay in memory.
+fn direct_key(state: &AppState, expected: Option<AnyDigest>, size_hint: Option<u64>) -> Option<Digest> {
+    let Some(AnyDigest::Blake3(d)) = expected else { return None };
     if !state.blobs.writes_direct() || size_hint.is_some_and(|n| n <= INLINE_MAX as u64) {
-        return Ok(None);
+        return None;
     }
-    Ok(state.db.blob_state(&d).await?.is_none().then_some(d))
+    Some(d)
 }
 
 fn check(expected: Option<AnyDigest>, staged: &Staged) -> ApiResult<()> {
@@ -111,14 +108,17 @@ fn check(expected: Option<AnyDigest>, staged: &Staged) -> ApiResult<()> {
 
 async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, staged: &Staged) -> ApiResult<Stored> {
     check(expected, staged)?;
+    check_quota(state, &spec.namespace, staged).await?;
     // What the database says of this content now, to try the likely statement first.
     // Inline blobs, nearly always new, skip the look.
     let hint = if staged.inline().is_some() { None } else { state.db.blob_state(&staged.digest).await? };
     // Bytes first, then the row that points to them (a crash in between leaves bytes without a
-    // row, which retention sweeps; never a row without bytes). Content that is live already
-    // has its bytes: they are published only if the row turns out to need them, and then
-    // inside its transaction; so are bytes written straight to their key (`Db::add_ref`).
-    let inside = staged.is_direct() || hint == Some(BlobState::Live);
+    // row, which retention sweeps; never a row without bytes). Stored content is published
+    // again all the same (a link that exists, the directory's fsync): the same work either
+    // way, so an upload's timing never tells whether another namespace holds its content.
+    // Bytes written straight to their key are completed inside the row's transaction
+    // (`Db::add_ref`), and only if the row needs them.
+    let inside = staged.is_direct();
     if !inside {
         state.blobs.publish(staged).await?;
     }
@@ -157,6 +157,18 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
             expires_at: expires_at.map(rfc3339),
         },
     })
+}
+
+/// With `--namespace-quota-bytes`: refuses content the namespace does not hold yet when it
+/// would pass the quota. (Looks at this namespace alone: what others store never shows.)
+async fn check_quota(state: &AppState, ns: &spillway_api::Namespace, staged: &Staged) -> ApiResult<()> {
+    let Some(quota) = state.config.namespace_quota_bytes else { return Ok(()) };
+    let now = state.now();
+    let used = state.db.namespace_usage(ns, now).await?;
+    if used.saturating_add(staged.size) > quota && !state.db.holds_blob(ns, &staged.digest, now).await? {
+        return Err(ApiError::QuotaExceeded { quota, used });
+    }
+    Ok(())
 }
 
 /// The metadata row of staged bytes.

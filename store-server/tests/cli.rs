@@ -19,10 +19,12 @@ fn run(args: &[&str], data: &std::path::Path) -> std::process::Output {
         .unwrap()
 }
 
-/// A running `spillway-server` and the address it logged.
+/// A running `spillway-server` and the addresses it logged.
 struct Server {
     child: std::process::Child,
     addr: String,
+    /// The operator's metrics listener.
+    metrics: String,
     log: Vec<String>,
     later: std::sync::mpsc::Receiver<String>,
 }
@@ -44,6 +46,8 @@ fn start(cwd: &std::path::Path, args: &[&str]) -> Server {
         .env_remove("SPILLWAY_BLOB_STORE")
         .env_remove("SPILLWAY_LISTEN")
         .env_remove("RUST_LOG")
+        // Tests run side by side: each server's metrics listener on a port of its own.
+        .env("SPILLWAY_METRICS_LISTEN", "127.0.0.1:0")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -53,12 +57,17 @@ fn start(cwd: &std::path::Path, args: &[&str]) -> Server {
     // A generous bound that only guards a hang: start-up takes well under a second here.
     let start = Instant::now();
     let mut line = String::new();
-    while addr.is_none() && start.elapsed() < Duration::from_secs(30) {
+    let mut metrics = None;
+    while (addr.is_none() || metrics.is_none()) && start.elapsed() < Duration::from_secs(30) {
         line.clear();
         if stderr.read_line(&mut line).unwrap() == 0 {
             break;
         }
-        if let Some(i) = line.find("addr=") {
+        if let Some(i) = line.find("metrics_addr=") {
+            metrics = Some(line[i + 13..].split_whitespace().next().unwrap().to_owned());
+        } else if let Some(i) = line.find("\"metrics_addr\":\"") {
+            metrics = Some(line[i + 16..].split('"').next().unwrap().to_owned());
+        } else if let Some(i) = line.find("addr=") {
             addr = Some(line[i + 5..].split_whitespace().next().unwrap().to_owned());
         } else if let Some(i) = line.find("\"addr\":\"") {
             addr = Some(line[i + 8..].split('"').next().unwrap().to_owned());
@@ -66,6 +75,7 @@ fn start(cwd: &std::path::Path, args: &[&str]) -> Server {
         log.push(line.clone());
     }
     let addr = addr.unwrap_or_else(|| panic!("the server logs where it listens; it said: {log:?}"));
+    let metrics = metrics.unwrap_or_else(|| panic!("the server logs where its metrics listen; it said: {log:?}"));
     // Keep reading the log so the server never blocks on a full pipe; tests look at it later.
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -75,7 +85,7 @@ fn start(cwd: &std::path::Path, args: &[&str]) -> Server {
             }
         }
     });
-    Server { child, addr, log, later: rx }
+    Server { child, addr, metrics, log, later: rx }
 }
 
 impl Server {
@@ -195,7 +205,10 @@ fn tokens_metrics_and_retention_of_the_binary() {
     assert!(!bad.status.success());
 
     let server = start(dir.path(), &["--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()]);
-    let before = ask(&server.addr, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let before = ask(&server.metrics, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    // Tenants never reach the metrics: on the API listener the route does not exist.
+    let on_api = ask(&server.addr, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(on_api.starts_with("HTTP/1.1 404") && on_api.contains("not_found"), "{on_api}");
     let short = vec![b's'; 40_000];
     let long = vec![b'l'; 30_000];
     assert_eq!(send(&server.addr, "POST", "/v1/blobs?ttl=1", &token, &short).0, 201, "the created token writes");
@@ -205,7 +218,7 @@ fn tokens_metrics_and_retention_of_the_binary() {
     let long_digest = serde_json::from_str::<serde_json::Value>(&body).unwrap()["digest"].as_str().unwrap().to_owned();
     let (code, page) = send(&server.addr, "GET", &format!("/v1/blobs/{long_digest}/read?limit=100"), &token, b"");
     assert_eq!((code, page.contains(&"l".repeat(100))), (200, true));
-    let after = ask(&server.addr, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let after = ask(&server.metrics, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let delta = |series: &str| metric(&after, series) - metric(&before, series);
     let posts = |status: u16| {
         format!("spillway_http_requests_total{{method=\"POST\",route=\"/v1/blobs\",status=\"{status}\"}}")

@@ -521,12 +521,15 @@ pub struct GrepRequest<'a> {
     pub before: usize,
     /// Context lines after each match.
     pub after: usize,
+    /// When to stop scanning and answer with what was found and where to go on (`next_line`),
+    /// however far the scan got: a heavy request's time budget.
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl<'a> GrepRequest<'a> {
     /// A search from line 1 with no context and no match limit.
     pub fn new(regex: &'a Regex) -> Self {
-        Self { regex, from_line: 1, max_matches: usize::MAX, before: 0, after: 0 }
+        Self { regex, from_line: 1, max_matches: usize::MAX, before: 0, after: 0, deadline: None }
     }
 }
 
@@ -699,7 +702,8 @@ async fn grep_walking<E: SourceError>(
     // Set once `max_matches` is reached: what is left is the last match's after-context.
     let mut finished = false;
     while pos < size {
-        if pos >= scan_end && !finished {
+        let late = req.deadline.is_some_and(|d| std::time::Instant::now() >= d);
+        if (pos >= scan_end || late) && !finished {
             out.stop_at(cur_line);
             return Ok(out.resp);
         }
@@ -1374,7 +1378,7 @@ mod tests {
             let src = Mem::new_vec(text.clone().into_bytes());
             let re = compile_pattern(pattern, false, ignore_case).unwrap();
             let from = from.min(src.total_lines() + 1);
-            let req = GrepRequest { from_line: from, max_matches: max, before, after, regex: &re };
+            let req = GrepRequest { from_line: from, max_matches: max, before, after, regex: &re, deadline: None };
             let got = block_on(grep_walking(&src, req, walk)).unwrap();
             prop_assert_eq!(got, grep_oracle(&text, &re, from, max, before, after));
         }

@@ -197,15 +197,20 @@ enum Hold {
     TakeBack,
 }
 
+/// The statements to try, the likely one first.
+fn hold_order(hint: Option<BlobState>) -> [Hold; 3] {
+    match hint {
+        None => [Hold::Insert, Hold::Keep, Hold::TakeBack],
+        Some(BlobState::Live) => [Hold::Keep, Hold::TakeBack, Hold::Insert],
+        Some(BlobState::Deleting) => [Hold::TakeBack, Hold::Keep, Hold::Insert],
+    }
+}
+
 /// Inserts, keeps or takes back the row of `b`; says which. Tries the statement
 /// `hint` suggests first; each statement that finds nothing to do moves on to the next (the row
 /// appeared, went live, or was deleted by a deleter whose lock it waited for meanwhile).
 async fn hold_row(c: &mut AnyConnection, b: &BlobRow, now: i64, hint: Option<BlobState>) -> DbResult<Hold> {
-    let order = match hint {
-        None => [Hold::Insert, Hold::Keep, Hold::TakeBack],
-        Some(BlobState::Live) => [Hold::Keep, Hold::TakeBack, Hold::Insert],
-        Some(BlobState::Deleting) => [Hold::TakeBack, Hold::Keep, Hold::Insert],
-    };
+    let order = hold_order(hint);
     // Each round ends with a row held unless rows come and go between its three statements;
     // a few rounds settle any such churn.
     for _ in 0..8 {
@@ -243,6 +248,51 @@ async fn hold_row(c: &mut AnyConnection, b: &BlobRow, now: i64, hint: Option<Blo
     Err(DbError::unavailable("the content's row kept changing; retry"))
 }
 
+/// [`hold_row`] on the SQLite writer's own connection (a write transaction: nothing else
+/// changes the row between the statements).
+fn hold_row_natively(c: &rusqlite::Connection, b: &BlobRow, now: i64, hint: Option<BlobState>) -> DbResult<Hold> {
+    for step in hold_order(hint) {
+        let n = match step {
+            Hold::Insert => c
+                .prepare_cached(
+                    "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, inline_data, state) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'live') ON CONFLICT (digest) DO NOTHING",
+                )?
+                .execute(rusqlite::params![
+                    b.digest.hex(),
+                    b.sha256.hex(),
+                    to_i64(b.size),
+                    to_i64(b.lines),
+                    b.line_index,
+                    now,
+                    b.inline_data
+                ])?,
+            Hold::Keep => c
+                .prepare_cached("UPDATE blobs SET unreferenced_since = NULL WHERE digest = ?1 AND state = 'live'")?
+                .execute(rusqlite::params![b.digest.hex()])?,
+            Hold::TakeBack => c
+                .prepare_cached(
+                    "UPDATE blobs SET state = 'live', unreferenced_since = NULL, deleting_since = NULL, \
+                     sha256 = ?2, size = ?3, lines = ?4, line_index = ?5, created_at = ?6, inline_data = ?7 \
+                     WHERE digest = ?1 AND state = 'deleting'",
+                )?
+                .execute(rusqlite::params![
+                    b.digest.hex(),
+                    b.sha256.hex(),
+                    to_i64(b.size),
+                    to_i64(b.lines),
+                    b.line_index,
+                    now,
+                    b.inline_data
+                ])?,
+        };
+        if n == 1 {
+            return Ok(step);
+        }
+    }
+    Err(DbError::unavailable("the content's row kept changing; retry"))
+}
+
 impl Db {
     /// The blob if `namespace` holds a live reference to it.
     pub async fn visible_blob(&self, ns: &Namespace, digest: &Digest, now: i64) -> DbResult<Option<BlobRow>> {
@@ -267,6 +317,33 @@ impl Db {
         );
         let row = sqlx::query(&sql).bind(ns.as_str()).bind(now).bind(sha256.hex()).fetch_optional(&self.pool).await?;
         row.as_ref().map(blob_from_row).transpose()
+    }
+
+    /// What `namespace` holds, for its quota: the size of each distinct blob it has a live
+    /// reference to, once, plus what its open streams hold.
+    pub async fn namespace_usage(&self, ns: &Namespace, now: i64) -> DbResult<u64> {
+        let blobs: i64 = sqlx::query_scalar(
+            "SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM blobs WHERE digest IN \
+             (SELECT digest FROM refs WHERE namespace = $1 AND (pinned = 1 OR expires_at > $2))",
+        )
+        .bind(ns.as_str())
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await?;
+        let streams: i64 = sqlx::query_scalar(
+            "SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM streams \
+             WHERE namespace = $1 AND state <> 'sealed' AND expires_at > $2",
+        )
+        .bind(ns.as_str())
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((blobs + streams).max(0) as u64)
+    }
+
+    /// Whether `namespace` holds a live reference to the blob.
+    pub async fn holds_blob(&self, ns: &Namespace, digest: &Digest, now: i64) -> DbResult<bool> {
+        Ok(self.visible_until(ns, digest, now).await?.is_some())
     }
 
     /// The blob's state, or `None` when there is no such blob.
@@ -350,12 +427,10 @@ impl Db {
         hint: Option<BlobState>,
         publish: Option<Complete<E>>,
     ) -> DbResult<Referenced> {
-        // New content, the common case, through the SQLite writer's own connection.
-        if hint.is_none() && publish.is_none() {
-            if let Some(fresh) = self.insert_fresh_natively(b, r, now).await {
-                if fresh? {
-                    return Ok(Referenced { deduplicated: false, took_back: false, kept: false });
-                }
+        // On SQLite, through the writer's own connection (all but bytes completed in place).
+        if publish.is_none() {
+            if let Some(done) = self.add_ref_natively(b, r, now, hint).await {
+                return done;
             }
         }
         let (b, r) = (b.clone(), r.clone());
@@ -377,30 +452,26 @@ impl Db {
         .await
     }
 
-    /// On SQLite: the blob row and the reference when the content is new (two or three
-    /// cached statements on the writer's own connection, in its group commit). `Some(false)`:
-    /// the content has a row, nothing was written, and the general path decides. `None`: no
-    /// native writer here.
-    async fn insert_fresh_natively(&self, b: &BlobRow, r: &NewRef, now: i64) -> Option<DbResult<bool>> {
+    /// On SQLite: [`Db::add_ref`] on the writer's own connection, in its group commit (cached
+    /// statements, no hop to sqlx's worker per statement) — new content or not, so that an
+    /// upload of content another namespace holds costs the same one commit as fresh content
+    /// and its timing tells nothing. `None`: no native writer here.
+    async fn add_ref_natively(
+        &self,
+        b: &BlobRow,
+        r: &NewRef,
+        now: i64,
+        hint: Option<BlobState>,
+    ) -> Option<DbResult<Referenced>> {
         let (b, r) = (b.clone(), r.clone());
         self.write_native(move |c| {
-            let fresh =
-                c.prepare_cached(
-                    "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, inline_data, state) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'live') ON CONFLICT (digest) DO NOTHING",
+            let held = hold_row_natively(c, &b, now, hint)?;
+            let deduplicated: i64 = c
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM refs WHERE namespace = ?1 AND digest = ?2 \
+                     AND (pinned = 1 OR expires_at > ?3)",
                 )?
-                .execute(rusqlite::params![
-                    b.digest.hex(),
-                    b.sha256.hex(),
-                    to_i64(b.size),
-                    to_i64(b.lines),
-                    b.line_index,
-                    now,
-                    b.inline_data
-                ])? == 1;
-            if !fresh {
-                return Ok(false);
-            }
+                .query_row(rusqlite::params![r.namespace.as_str(), r.digest.hex(), now], |row| row.get(0))?;
             let id: i64 = c
                 .prepare_cached(
                     "INSERT INTO refs (namespace, digest, labels, created_at, expires_at, pinned, pin_reason) \
@@ -422,7 +493,11 @@ impl Db {
             for (k, v) in &r.labels {
                 label.execute(rusqlite::params![id, k, v])?;
             }
-            Ok(true)
+            Ok(Referenced {
+                deduplicated: deduplicated > 0,
+                took_back: matches!(held, Hold::TakeBack),
+                kept: matches!(held, Hold::Keep),
+            })
         })
         .await
     }

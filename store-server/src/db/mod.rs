@@ -8,6 +8,7 @@
 
 mod blobs;
 mod error;
+mod keys;
 mod pool;
 mod retention;
 mod streams;

@@ -41,6 +41,9 @@ pub struct Db {
     group: Option<mpsc::Sender<Job>>,
     /// Whether the SQLite writer has its native connection (not for an in-memory database).
     native: bool,
+    /// Write transactions committed (each one fsync on SQLite): what tests compare to show
+    /// that two paths cost the same.
+    commits: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -81,8 +84,14 @@ impl Db {
                 let first = native.as_deref().map(open_native).transpose()?;
                 let (tx, rx) = mpsc::channel(1024);
                 let has_native = native.is_some();
-                tokio::spawn(group_commit(writer, native.map(|path| NativeWriter { path, conn: first }), rx));
-                Ok(Self { pool, backend, group: Some(tx), native: has_native })
+                let commits = std::sync::Arc::default();
+                tokio::spawn(group_commit(
+                    writer,
+                    native.map(|path| NativeWriter { path, conn: first }),
+                    rx,
+                    std::sync::Arc::clone(&commits),
+                ));
+                Ok(Self { pool, backend, group: Some(tx), native: has_native, commits })
             }
             Backend::Postgres => {
                 let pool = AnyPoolOptions::new()
@@ -91,9 +100,15 @@ impl Db {
                     .connect_with(options)
                     .await?;
                 POSTGRES_MIGRATIONS.run(&pool).await?;
-                Ok(Self { pool, backend, group: None, native: false })
+                Ok(Self { pool, backend, group: None, native: false, commits: Default::default() })
             }
         }
+    }
+
+    /// Write transactions this handle has committed (or tried to: counted as the COMMIT is
+    /// sent); on SQLite, its group commits.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The dialect in use.
@@ -129,6 +144,7 @@ impl Db {
         let Some(group) = &self.group else {
             let mut tx = self.pool.begin().await?;
             let out = op(&mut tx).await?;
+            self.commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed); // before: readers see it once done
             tx.commit().await?;
             return Ok(out);
         };
@@ -238,7 +254,12 @@ struct NativeWriter {
 /// The SQLite writer: takes every write that is waiting and runs them in transactions — the
 /// native ones in one on the rusqlite connection, then the others in one through sqlx — each
 /// commit one fsync, then answers them all.
-async fn group_commit(mut conn: AnyConnection, mut native: Option<NativeWriter>, mut rx: mpsc::Receiver<Job>) {
+async fn group_commit(
+    mut conn: AnyConnection,
+    mut native: Option<NativeWriter>,
+    mut rx: mpsc::Receiver<Job>,
+    commits: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
     while let Some(first) = rx.recv().await {
         let mut jobs = vec![first];
         while jobs.len() < GROUP_MAX {
@@ -260,24 +281,30 @@ async fn group_commit(mut conn: AnyConnection, mut native: Option<NativeWriter>,
             let reopened =
                 || open_native(&w.path).map_err(|e| tracing::error!(cause = %e, "cannot reopen SQLite")).ok();
             if let Some(c) = w.conn.take().or_else(reopened) {
-                w.conn = commit_native(c, natives).await;
+                w.conn = commit_native(c, natives, commits.clone()).await;
             }
         }
         if !others.is_empty() {
-            commit_sqlx(&mut conn, others).await;
+            commit_sqlx(&mut conn, others, &commits).await;
         }
     }
 }
 
 /// One transaction of native writes, on a blocking thread (rusqlite blocks); gives the
 /// connection back, unless that thread panicked.
-async fn commit_native(conn: rusqlite::Connection, jobs: Vec<NativeJob>) -> Option<rusqlite::Connection> {
+async fn commit_native(
+    conn: rusqlite::Connection,
+    jobs: Vec<NativeJob>,
+    commits: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> Option<rusqlite::Connection> {
     tokio::task::spawn_blocking(move || {
         let mut finishers = Vec::with_capacity(jobs.len());
         let begun = conn.execute_batch("BEGIN IMMEDIATE").map_err(DbError::from);
         if begun.is_ok() {
             finishers.extend(jobs.into_iter().map(|job| job(&conn)));
         }
+        // Counted before the COMMIT: a reader may see the rows as soon as it is done.
+        commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let committed = begun.and_then(|()| {
             conn.execute_batch("COMMIT").map_err(|e| {
                 let _ = conn.execute_batch("ROLLBACK");
@@ -297,7 +324,7 @@ async fn commit_native(conn: rusqlite::Connection, jobs: Vec<NativeJob>) -> Opti
 }
 
 /// One transaction of writes through sqlx.
-async fn commit_sqlx(conn: &mut AnyConnection, jobs: Vec<SqlxJob>) {
+async fn commit_sqlx(conn: &mut AnyConnection, jobs: Vec<SqlxJob>, commits: &std::sync::atomic::AtomicU64) {
     let begun = conn.execute("BEGIN IMMEDIATE").await.map_err(DbError::from);
     let mut finishers = Vec::with_capacity(jobs.len());
     if begun.is_ok() {
@@ -305,6 +332,7 @@ async fn commit_sqlx(conn: &mut AnyConnection, jobs: Vec<SqlxJob>) {
             finishers.push(job(&mut *conn).await);
         }
     }
+    commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed); // before: readers see it once done
     let committed = match begun {
         Err(e) => Err(e),
         Ok(_) => match conn.execute("COMMIT").await {

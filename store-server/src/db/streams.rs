@@ -109,13 +109,17 @@ impl Db {
         ttl_ms: i64,
         max_bytes: u64,
         now: i64,
-    ) -> DbResult<()> {
+        max_open: u64,
+    ) -> DbResult<bool> {
         let (id, ns, labels) = (id.to_string(), ns.to_string(), labels_json(labels));
         self.write(move |c| {
             Box::pin(async move {
-                sqlx::query(
+                // Only while the namespace has fewer than `max_open` streams open (and alive);
+                // concurrent creations on several replicas may pass it by a few.
+                let n = sqlx::query(
                     "INSERT INTO streams (id, namespace, labels, ttl_ms, max_bytes, created_at, expires_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                     SELECT $1, $2, $3, $4, $5, $6, $7 WHERE (SELECT COUNT(*) FROM streams \
+                         WHERE namespace = $2 AND state = 'open' AND expires_at > $6) < $8",
                 )
                 .bind(id)
                 .bind(ns.as_str())
@@ -124,9 +128,11 @@ impl Db {
                 .bind(to_i64(max_bytes))
                 .bind(now)
                 .bind(now.saturating_add(ttl_ms))
+                .bind(to_i64(max_open))
                 .execute(c)
-                .await?;
-                Ok(())
+                .await?
+                .rows_affected();
+                Ok(n == 1)
             })
         })
         .await

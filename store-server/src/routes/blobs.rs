@@ -17,6 +17,9 @@ use crate::state::AppState;
 use crate::store::visible;
 use crate::upload::{self, RefSpec};
 
+/// Longest pin `reason`: every pin keeps it for as long as the pin lives.
+const MAX_PIN_REASON: usize = 1024;
+
 fn check_length(headers: &HeaderMap, state: &AppState) -> ApiResult<()> {
     let max = state.config.max_blob_bytes;
     let len = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
@@ -86,11 +89,13 @@ fn etag(row: &BlobRow) -> String {
     format!("\"{}\"", row.digest)
 }
 
-fn base_headers(row: &BlobRow) -> [(header::HeaderName, String); 4] {
+fn base_headers(row: &BlobRow) -> [(header::HeaderName, String); 5] {
     [
         (header::ETAG, etag(row)),
         (header::ACCEPT_RANGES, "bytes".into()),
         (header::CONTENT_TYPE, "application/octet-stream".into()),
+        // A browser must never take stored bytes for HTML or script.
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff".into()),
         (header::HeaderName::from_static("x-spillway-sha256"), row.sha256.to_string()),
     ]
 }
@@ -205,6 +210,10 @@ pub(super) async fn pin_blob(
     caller.require(Scope::Admin)?;
     let d = parse_digest(&raw)?;
     let req: PinRequest = json_object_body(&body, "pin body must be a JSON object like {\"reason\": \"INC-42\"}")?;
+    if let Some(reason) = req.reason.as_deref().filter(|r| r.len() > MAX_PIN_REASON) {
+        let why = format!("a pin reason is at most {MAX_PIN_REASON} bytes; this one is {}", reason.len());
+        return Err(ApiError::InvalidArgument(why));
+    }
     let now = state.now();
     let expires_at = match req.until {
         None => None,

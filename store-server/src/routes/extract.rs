@@ -31,7 +31,24 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Q<T> {
         Query::<T>::from_request_parts(parts, state)
             .await
             .map(|Query(v)| Q(v))
-            .map_err(|e| ApiError::InvalidArgument(e.body_text()))
+            .map_err(|e| ApiError::InvalidArgument(query_error(&e.body_text())))
+    }
+}
+
+/// The contract's words for a query that does not decode, naming the parameter, instead of the
+/// framework's ("Failed to deserialize query string: limit: invalid digit found in string").
+fn query_error(framework: &str) -> String {
+    let detail = framework.split_once(": ").map_or(framework, |(_, d)| d);
+    if let Some(field) = detail.strip_prefix("missing field `").and_then(|f| f.split('`').next()) {
+        return format!("query parameter {field} is required");
+    }
+    match detail.split_once(": ") {
+        Some((field, why)) if why.contains("digit") || why.contains("number") || why.contains("integer") => {
+            format!("query parameter {field} must be a non-negative integer")
+        }
+        Some((field, why)) if why.contains("bool") => format!("query parameter {field} must be true or false"),
+        Some((field, _)) => format!("query parameter {field} has an invalid value"),
+        None => "the query string is malformed".to_owned(),
     }
 }
 
@@ -97,5 +114,26 @@ impl RefOptions {
             return Err(ApiError::InvalidArgument(format!("ttl {ttl} is over the server's maximum of {max} seconds")));
         }
         Ok((ttl as i64).saturating_mul(1000))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn query_errors_name_the_parameter_in_our_words() {
+        let said = super::query_error;
+        assert_eq!(
+            said("Failed to deserialize query string: limit: invalid digit found in string"),
+            "query parameter limit must be a non-negative integer"
+        );
+        assert_eq!(
+            said("Failed to deserialize query string: missing field `pattern`"),
+            "query parameter pattern is required"
+        );
+        assert_eq!(
+            said("Failed to deserialize query string: fixed: provided string was not `true` or `false`"),
+            "query parameter fixed has an invalid value"
+        );
+        assert!(!said("Failed to deserialize query string: whatever").contains("deserialize"));
     }
 }

@@ -38,19 +38,21 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/blobs/{digest}/read", get(read::read_blob))
         .route("/v1/blobs/{digest}/grep", get(read::grep_blob))
-        .route("/v1/blobs/{digest}/pin", post(blobs::pin_blob).delete(blobs::unpin_blob))
+        .route(
+            "/v1/blobs/{digest}/pin",
+            post(blobs::pin_blob).delete(blobs::unpin_blob).layer(DefaultBodyLimit::max(SMALL_BODY)),
+        )
         .route("/v1/refs", get(refs::list_refs))
         .route("/v1/streams", post(streams::create_stream))
         .route("/v1/streams/{id}", get(streams::get_stream))
         .route("/v1/streams/{id}/append", post(streams::append_stream))
         .route("/v1/streams/{id}/read", get(streams::read_stream))
         .route("/v1/streams/{id}/grep", get(streams::grep_stream))
-        .route("/v1/streams/{id}/seal", post(streams::seal_stream))
+        .route("/v1/streams/{id}/seal", post(streams::seal_stream).layer(DefaultBodyLimit::max(SMALL_BODY)))
         .fallback(not_found);
     Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
         .merge(ui::routes())
         .merge(v1)
@@ -64,9 +66,29 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The operator's listener (`--metrics-listen`): Prometheus text at `/metrics`, nothing else.
+/// Tenants never reach it: counters such as dedup hits would tell one namespace what another
+/// stores.
+pub fn metrics_router() -> Router {
+    Router::new().route("/metrics", get(ops::metrics)).fallback(not_found).layer(middleware::from_fn(
+        |req: Request, next: Next| async move {
+            let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+            let resp = next.run(req).await;
+            let status = resp.status();
+            if status.is_client_error() || status.is_server_error() {
+                return json_error(resp, &method, &path).await;
+            }
+            resp
+        },
+    ))
+}
+
 async fn not_found() -> ApiError {
     ApiError::NotFound("route".into())
 }
+
+/// Largest JSON body of a route that takes one (pin, seal): their fields are small.
+const SMALL_BODY: usize = 16 << 10;
 
 /// Header on answers to writes naming the largest upload this server takes, so that a client
 /// whose upload was cut off can tell why.
@@ -87,7 +109,7 @@ struct Edge {
 /// - an over-long URI or header block is refused (checked well under the HTTP parser's own
 ///   buffer, so the answer is the contract's JSON);
 /// - while the disk is full, new writes are refused at once, so what space is left goes to
-///   deletes and retention; any `507` releases the space reserve;
+///   deletes and retention; a `507` for a full disk (not a quota) releases the space reserve;
 /// - an upload's body (PUT, POST) that sends nothing for `body_idle_timeout` fails, the
 ///   answer to a write names the upload limit, and a refused write closes its connection;
 /// - every error body is the contract's JSON, including those made before a handler runs
@@ -109,7 +131,7 @@ async fn edge(axum::extract::State(state): axum::extract::State<Arc<Edge>>, req:
     };
     let mut resp = next.run(req).await;
     let status = resp.status();
-    if status == axum::http::StatusCode::INSUFFICIENT_STORAGE {
+    if resp.extensions().get::<crate::error::StorageFull>().is_some() {
         state.reserve.release();
     }
     if status.is_client_error() || status.is_server_error() {
@@ -170,8 +192,11 @@ async fn json_error(resp: Response, method: &axum::http::Method, path: &str) -> 
 /// matched route (never the raw URL, which may carry labels), status, response bytes when
 /// known, milliseconds and the caller's namespace. The token is never logged.
 async fn track(mut req: Request, next: Next) -> Response {
+    // Labels from closed sets: the route templates, the methods HTTP defines, then `other`,
+    // so that nothing a client sends can add series (an unknown method would, forever).
     let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = req.method().to_string();
+    let method = method_label(req.method());
+    let req_method = req.method().clone();
     let namespace = crate::auth::NamespaceSlot::default();
     req.extensions_mut().insert(namespace.clone());
     let start = Instant::now();
@@ -181,7 +206,7 @@ async fn track(mut req: Request, next: Next) -> Response {
     let bytes = axum::body::HttpBody::size_hint(resp.body()).exact();
     tracing::info!(
         target: "spillway::http",
-        method = %method,
+        method = %req_method,
         route = %route,
         status,
         bytes,
@@ -189,9 +214,55 @@ async fn track(mut req: Request, next: Next) -> Response {
         namespace = namespace.get().unwrap_or("-"),
         "request"
     );
-    metrics::counter!("spillway_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status.to_string())
+    metrics::counter!("spillway_http_requests_total", "method" => method, "route" => route.clone(), "status" => status_label(status))
         .increment(1);
     metrics::histogram!("spillway_http_request_duration_seconds", "method" => method, "route" => route)
         .record(elapsed.as_secs_f64());
     resp
+}
+
+/// The metric label of a request method: one of HTTP's own, or `other`.
+fn method_label(m: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *m {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::PUT => "PUT",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => "other",
+    }
+}
+
+/// The metric label of a status: the codes this server answers with, else their class.
+fn status_label(status: u16) -> &'static str {
+    match status {
+        200 => "200",
+        201 => "201",
+        204 => "204",
+        206 => "206",
+        304 => "304",
+        400 => "400",
+        401 => "401",
+        403 => "403",
+        404 => "404",
+        405 => "405",
+        409 => "409",
+        413 => "413",
+        414 => "414",
+        416 => "416",
+        429 => "429",
+        431 => "431",
+        500 => "500",
+        503 => "503",
+        507 => "507",
+        s if s < 300 => "2xx",
+        s if s < 400 => "3xx",
+        s if s < 500 => "4xx",
+        _ => "5xx",
+    }
 }

@@ -74,7 +74,10 @@ fn errors_of(method: &str, path: &str) -> Vec<(u16, &'static str)> {
         out.push((404, "No such blob or stream in the caller's namespace (`not_found`)."));
     }
     if writes {
-        out.push((507, "Disk or quota full; nothing partial is left (`insufficient_storage`)."));
+        out.push((
+            507,
+            "Disk full, or the namespace's quota reached; nothing partial is left (`insufficient_storage`, `quota_exceeded`).",
+        ));
     }
     match (method, path) {
         ("put" | "post", "/v1/blobs" | "/v1/blobs/{digest}") => {
@@ -87,8 +90,21 @@ fn errors_of(method: &str, path: &str) -> Vec<(u16, &'static str)> {
         ("get", "/v1/blobs/{digest}") => {
             out.push((416, "Range outside the blob (`range_not_satisfiable`)."));
         }
-        ("get", p) if p.ends_with("/read") || p.ends_with("/grep") => {
+        ("get", p) if p.ends_with("/read") => {
             out.push((416, "Offset or line past the end (`range_not_satisfiable`)."));
+        }
+        ("get", p) if p.ends_with("/grep") => {
+            out.push((416, "Offset or line past the end (`range_not_satisfiable`)."));
+            out.push((
+                429,
+                "Too many heavy requests (grep, search) at once; retry after `Retry-After` (`too_many_requests`).",
+            ));
+        }
+        ("post", "/v1/streams") => {
+            out.push((
+                429,
+                "The namespace has its most streams open; retry after `Retry-After` (`too_many_requests`).",
+            ));
         }
         _ => {}
     }

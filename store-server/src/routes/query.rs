@@ -37,13 +37,19 @@ impl GrepQuery {
     }
 
     /// The search this query asks for.
-    pub(crate) fn request<'a>(&self, regex: &'a regex::bytes::Regex) -> page::GrepRequest<'a> {
+    /// The search this query asks for, scanning until `deadline`.
+    pub(crate) fn request<'a>(
+        &self,
+        regex: &'a regex::bytes::Regex,
+        deadline: Option<std::time::Instant>,
+    ) -> page::GrepRequest<'a> {
         page::GrepRequest {
             regex,
             from_line: self.from_line.unwrap_or(1),
             max_matches: self.max_matches.unwrap_or(usize::MAX),
             before: self.before.unwrap_or(0),
             after: self.after.unwrap_or(0),
+            deadline,
         }
     }
 }

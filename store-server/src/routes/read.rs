@@ -1,14 +1,14 @@
 //! `/v1/blobs/{digest}/read` and `/grep`: the capped read path over a stored blob.
 
 use axum::extract::{Path, State};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use spillway_api::{GrepResponse, ReadPage};
 
 use super::extract::{parse_digest, Q};
 use super::query::{count_page, page_of, GrepQuery, ReadQuery};
 use crate::auth::{Caller, Scope};
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::json::{EscapedJson, PageJson};
 use crate::state::AppState;
 use crate::store::{escaped_page, visible, BlobSource};
@@ -38,7 +38,8 @@ pub(super) async fn read_blob(
     Ok(PageJson(page_of(&src, &q).await?).into_response())
 }
 
-/// `GET /v1/blobs/{digest}/grep`: matching lines, capped and resumable.
+/// `GET /v1/blobs/{digest}/grep`: matching lines, capped and resumable. The scan runs on the
+/// heavy pool for at most the search budget (`heavy.rs`).
 #[utoipa::path(get, path = "/v1/blobs/{digest}/grep", params(("digest" = String, Path), GrepQuery),
     responses((status = 200, body = GrepResponse), (status = 400, body = spillway_api::ErrorBody)))]
 pub(super) async fn grep_blob(
@@ -46,11 +47,21 @@ pub(super) async fn grep_blob(
     caller: Caller,
     Path(raw): Path<String>,
     Q(q): Q<GrepQuery>,
-) -> ApiResult<Json<GrepResponse>> {
+) -> ApiResult<Response> {
     caller.require(Scope::Read)?;
     let d = parse_digest(&raw)?;
     let regex = q.compile()?;
     let row = visible(&state, &caller.namespace, &d).await?;
     let src = BlobSource::new(&state, &row)?;
-    Ok(Json(page::grep(&src, q.request(&regex)).await?))
+    let budget = state.config.search_budget;
+    // The answer is made into JSON on the heavy pool too: a page of matches can be 100 KB.
+    let body = state
+        .heavy
+        .run(async move {
+            let deadline = std::time::Instant::now() + budget;
+            let found = page::grep(&src, q.request(&regex, Some(deadline))).await?;
+            serde_json::to_vec(&found).map_err(ApiError::internal)
+        })
+        .await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }

@@ -14,6 +14,8 @@ use crate::state::AppState;
 
 const DEFAULT_LIMIT: u32 = 100;
 const MAX_LIMIT: u32 = 1000;
+/// The route a cursor of this listing is sealed for.
+const CURSOR: &str = "refs";
 
 /// `GET /v1/refs?label.<k>=<v>&limit=&cursor=`.
 #[utoipa::path(get, path = "/v1/refs", responses((status = 200, body = RefList)))]
@@ -42,12 +44,10 @@ pub(super) async fn list_refs(
                 .filter(|n| (1..=MAX_LIMIT).contains(n))
                 .ok_or_else(|| ApiError::InvalidArgument(format!("limit must be 1 to {MAX_LIMIT}")))?;
         } else if k == "cursor" {
-            cursor = Some(
-                v.parse::<i64>()
-                    .ok()
-                    .filter(|c| *c > 0)
-                    .ok_or_else(|| ApiError::InvalidArgument(format!("invalid cursor {v:?}")))?,
-            );
+            // Opaque and bound to this namespace: a row id, sealed (see `cursor.rs`).
+            let raw = state.cursors.open(CURSOR, &caller.namespace, b"", &v)?;
+            let id = <[u8; 8]>::try_from(raw.as_slice()).map(i64::from_be_bytes);
+            cursor = Some(id.map_err(|_| ApiError::InvalidArgument("invalid cursor".into()))?);
         } // other parameters are ignored, as S3 does
     }
     let rows = state.db.list_refs(&caller.namespace, &filter, cursor, limit + 1, state.now()).await?;
@@ -65,6 +65,11 @@ pub(super) async fn list_refs(
             pinned: r.pinned,
         })
         .collect();
-    let next_cursor = if more { rows.get(limit as usize - 1).map(|r| r.id.to_string()) } else { None };
+    let next_cursor = if more {
+        let last = rows.get(limit as usize - 1);
+        last.map(|r| state.cursors.seal(CURSOR, &caller.namespace, b"", &r.id.to_be_bytes()))
+    } else {
+        None
+    };
     Ok(Json(RefList { refs, next_cursor }))
 }

@@ -178,17 +178,25 @@ pub(super) async fn grep_stream(
     caller: Caller,
     Path(id): Path<String>,
     Q(q): Q<GrepQuery>,
-) -> ApiResult<Json<GrepResponse>> {
+) -> ApiResult<Response> {
     caller.require(Scope::Read)?;
     let id = stream_id(&id)?;
     let regex = q.compile()?;
     let row = streams::find(&state, &caller.namespace, &id).await?;
-    let (found, _) = streams::read_content(&state, &caller.namespace, row, |src| {
-        let (q, regex) = (q.clone(), regex.clone());
-        Box::pin(async move { Ok(paging::grep(src, q.request(&regex)).await?) })
-    })
-    .await?;
-    Ok(Json(found))
+    let (st, ns, budget) = (state.clone(), caller.namespace.clone(), state.config.search_budget);
+    let body = state
+        .heavy
+        .run(async move {
+            let deadline = std::time::Instant::now() + budget;
+            let (found, _) = streams::read_content(&st, &ns, row, |src| {
+                let (q, regex) = (q.clone(), regex.clone());
+                Box::pin(async move { Ok(paging::grep(src, q.request(&regex, Some(deadline))).await?) })
+            })
+            .await?;
+            serde_json::to_vec(&found).map_err(ApiError::internal)
+        })
+        .await?;
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 /// `POST /v1/streams/{id}/seal`: the stream's content becomes a blob in the namespace.

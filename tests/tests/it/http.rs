@@ -154,27 +154,81 @@ async fn idle_slow_and_stalled_connections_are_closed() {
     srv.stop().await;
 }
 
+/// At the connection limit, idle connections give way to new ones at once — first those that
+/// never sent a request (idle or half-open sockets), then those idle between requests — while a
+/// connection in the middle of a request is never cut. When every slot is serving, a new
+/// connection waits for the first to finish.
 #[tokio::test(flavor = "multi_thread")]
-async fn connections_past_the_limit_wait_and_are_served() {
-    let srv = strict_server().await;
+async fn past_the_limit_idle_connections_give_way() {
+    let srv = TestServer::start_with(|c| c.max_connections = 4).await; // header timeout 30 s
     let addr = addr_of(&srv);
+    let token = srv.token.clone();
+    let sid = srv.client().create_stream(&Default::default()).await.unwrap().id;
+    let waiters = srv.state.stream_waiters.clone();
+    let (state, rt) = (srv.state.clone(), tokio::runtime::Handle::current());
     tokio::task::spawn_blocking(move || {
-        // Twice the limit in idle connections: the service still answers, once the idle ones
-        // have timed out, instead of running out of descriptors.
-        let idle: Vec<_> = (0..8).map(|_| std::net::TcpStream::connect(&addr).unwrap()).collect();
+        let healthz = |s: &mut std::net::TcpStream| {
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+            read_to_close(s)
+        };
+        // A kept-alive client between requests, then twice the limit in idle and half-open sockets.
+        let mut kept = std::net::TcpStream::connect(&addr).unwrap();
+        kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut first = [0u8; 12];
+        kept.read_exact(&mut first).unwrap();
+        let mut idle: Vec<_> = (0..8).map(|_| std::net::TcpStream::connect(&addr).unwrap()).collect();
+        idle[0].write_all(b"GET /healthz HTTP/1.1\r\nHost:").unwrap(); // half a head
         let start = Instant::now();
         let mut probe = std::net::TcpStream::connect(&addr).unwrap();
-        probe.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-        assert!(read_to_close(&mut probe).starts_with("HTTP/1.1 200"));
-        // Served only once idle connections gave up their slots, which takes the 1 s header
-        // timeout: proof that the limit held (without it the probe is answered at once).
-        assert!(start.elapsed() >= Duration::from_millis(900), "served past the limit: {:?}", start.elapsed());
+        assert!(healthz(&mut probe).starts_with("HTTP/1.1 200"));
+        assert!(start.elapsed() < Duration::from_secs(5), "served at once, not after a timeout: {:?}", start.elapsed());
+        // The oldest sockets that never sent a request went first; the kept-alive client's
+        // connection, idle but served before, is still there while such sockets remain.
+        // Closed (a reset, when its half head was still unread, is a close too).
+        idle[0].set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut rest = Vec::new();
+        match idle[0].read_to_end(&mut rest) {
+            Ok(_) => assert!(rest.is_empty(), "the oldest idle socket was answered: {rest:?}"),
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "the oldest idle socket was not closed"),
+        }
+        kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        assert!(read_to_close(&mut kept).contains("HTTP/1.1 200"), "the kept-alive connection still serves");
         drop(idle);
+        // Four long-polls in flight fill every slot: none of them is cut for a new connection,
+        // which is served when the first of them ends.
+        let polls: Vec<_> = (0..4)
+            .map(|_| {
+                let mut s = std::net::TcpStream::connect(&addr).unwrap();
+                let req = format!(
+                    "GET /v1/streams/{sid}/read?wait_ms=30000 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+                );
+                s.write_all(req.as_bytes()).unwrap();
+                s
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while waiters.waiting(&sid) < 4 {
+            assert!(Instant::now() < deadline, "the long-polls never arrived");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let mut probe = std::net::TcpStream::connect(&addr).unwrap();
+        probe.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        probe.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        let mut early = [0u8; 1];
+        assert!(probe.read(&mut early).is_err(), "served while every slot was serving a request");
+        // The task writes: the polls are answered and their connections close.
+        let (ns, id) = (spillway_api::Namespace::new("ns-a").unwrap(), spillway_api::StreamId::new(&sid).unwrap());
+        rt.block_on(spillway_server::streams::append(&state, &ns, &id, 0, 0, &Bytes::from_static(b"done\n"))).unwrap();
+        assert!(read_to_close(&mut probe).starts_with("HTTP/1.1 200"), "served once a slot was free");
+        for mut p in polls {
+            assert!(read_to_close(&mut p).starts_with("HTTP/1.1 200"), "a long-poll in flight was never cut");
+        }
+
     })
     .await
     .unwrap();
-    let m = reqwest::get(format!("{}/metrics", srv.url)).await.unwrap().text().await.unwrap();
-    assert!(m.contains("spillway_http_connections"), "open connections are a gauge");
+    let m = reqwest::get(format!("{}/metrics", srv.metrics_url)).await.unwrap().text().await.unwrap();
+    assert!(m.contains("spillway_http_connections_evicted_total"), "evictions are counted");
     srv.stop().await;
 }
 

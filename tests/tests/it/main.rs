@@ -1,9 +1,11 @@
 //! One integration-test binary: the real server on 127.0.0.1:0, driven over HTTP through the
 //! real client.
 
+mod attacks;
 mod blobs;
 mod contract;
 mod crash;
+mod hardening;
 mod http;
 mod ops;
 mod races;

@@ -14,7 +14,10 @@ async fn health_ready_metrics_openapi() {
     assert_eq!(get("/readyz").await.unwrap().status(), 200);
     srv.client().put(Bytes::from_static(b"m"), &UploadOptions::default()).await.unwrap();
     srv.client().put(Bytes::from_static(b"m"), &UploadOptions::default()).await.unwrap();
-    let m = get("/metrics").await.unwrap().text().await.unwrap();
+    // The metrics are on the operator's listener, never on the API's.
+    let on_api = get("/metrics").await.unwrap();
+    assert_eq!(on_api.status(), 404);
+    let m = http.get(format!("{}/metrics", srv.metrics_url)).send().await.unwrap().text().await.unwrap();
     for name in ["spillway_http_requests_total", "spillway_bytes_in_total", "spillway_dedup_hits_total"] {
         assert!(m.contains(name), "{name} missing from /metrics");
     }

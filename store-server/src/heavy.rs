@@ -1,0 +1,116 @@
+//! Heavy work — grep through a blob, search across outputs — on threads of its own, apart from
+//! the runtime that answers requests, so that a client with a read token cannot slow down
+//! everyone's capped reads and uploads by asking for many scans at once.
+//!
+//! The threads run at a lower priority (nice 10): when the cores are busy, the request threads
+//! go first. At most `max_heavy_requests` scans run or wait at once; past that a scan is
+//! refused at once with `429 too_many_requests` and `Retry-After`, never queued without bound.
+//! Each scan also works for a bounded time (the search budget) and answers with where to go on.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use tokio::runtime::{Handle, Runtime};
+use tokio::sync::Semaphore;
+
+use crate::error::{ApiError, ApiResult};
+
+/// The pool of heavy work.
+#[derive(Debug)]
+pub struct Heavy {
+    handle: Handle,
+    runtime: Mutex<Option<Runtime>>,
+    permits: Arc<Semaphore>,
+    max: usize,
+}
+
+impl Heavy {
+    /// A pool of `threads` threads taking `max` requests at once.
+    pub fn new(threads: usize, max: usize) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("spillway-heavy")
+            .on_thread_start(lower_priority)
+            .enable_all()
+            .build()?;
+        Ok(Self {
+            handle: runtime.handle().clone(),
+            runtime: Mutex::new(Some(runtime)),
+            permits: Arc::new(Semaphore::new(max.max(1))),
+            max: max.max(1),
+        })
+    }
+
+    /// Runs `work` on the pool and answers with its result; `429` when the pool is full. If
+    /// the caller goes away (the client hung up), the work is stopped.
+    pub async fn run<F, T>(&self, work: F) -> ApiResult<T>
+    where
+        F: Future<Output = ApiResult<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let permit = self.permits.clone().try_acquire_owned().map_err(|_| ApiError::TooManyRequests {
+            message: format!("{} heavy requests (grep, search) are running; retry shortly", self.max),
+            retry_after: 1,
+        })?;
+        let mut task = AbortOnDrop(self.handle.spawn(async move {
+            let _permit = permit;
+            work.await
+        }));
+        match (&mut task.0).await {
+            Ok(result) => result,
+            Err(e) => Err(ApiError::internal(e)),
+        }
+    }
+}
+
+impl Drop for Heavy {
+    fn drop(&mut self) {
+        // Dropped from inside another runtime (a test's, the server's): do not block on it.
+        if let Some(rt) = self.runtime.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Stops the task when the future waiting for it is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Makes the calling thread yield to the request threads when cores are scarce.
+fn lower_priority() {
+    // SAFETY: setpriority(PRIO_PROCESS, 0, …) changes the calling thread's nice value on
+    // Linux (threads are scheduled apart); it reads no memory of ours.
+    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn past_its_concurrency_the_pool_says_retry() {
+        let pool = Arc::new(Heavy::new(1, 2).unwrap());
+        let (release, wait) = tokio::sync::watch::channel(false);
+        let held: Vec<_> = (0..2)
+            .map(|_| {
+                let (pool, mut wait) = (pool.clone(), wait.clone());
+                tokio::spawn(async move { pool.run(async move { Ok(wait.wait_for(|r| *r).await.is_ok()) }).await })
+            })
+            .collect();
+        while pool.permits.available_permits() > 0 {
+            tokio::task::yield_now().await;
+        }
+        let refused = pool.run(async { Ok(()) }).await.unwrap_err();
+        assert!(matches!(refused, ApiError::TooManyRequests { retry_after: 1, .. }), "{refused:?}");
+        release.send(true).unwrap();
+        for h in held {
+            assert!(h.await.unwrap().unwrap());
+        }
+        assert!(pool.run(async { Ok(7) }).await.unwrap() == 7, "a place again once they ended");
+    }
+}
