@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Result;
 use crate::receipt::{self, Readers, Saved};
 use crate::spill::{Deadline, SpillTarget, SpillWriter, DEFAULT_SAVE_DEADLINE};
-use crate::truncate::{self, Sample, Strategy, DEFAULT_CAP};
+use crate::truncate::{self, Redaction, Sample, Strategy, DEFAULT_CAP};
 
 const READ_CHUNK: usize = 256 * 1024;
 
@@ -45,6 +45,9 @@ pub struct ExecOptions {
     pub inherit_stdin: bool,
     /// Cancelling it stops the command's process group the same way (the caller was told to stop).
     pub cancel: CancellationToken,
+    /// Whether the receipts' previews show secrets as marks (on by default; the spill is always
+    /// the exact output).
+    pub redaction: Redaction,
 }
 
 impl ExecOptions {
@@ -60,6 +63,7 @@ impl ExecOptions {
             timeout: None,
             inherit_stdin: false,
             cancel: CancellationToken::new(),
+            redaction: Redaction::On,
         }
     }
 }
@@ -126,7 +130,10 @@ struct Keeper {
 }
 
 impl Keeper {
+    /// Keeps `cap` bytes of head and of tail, and as much again as the longest secret past
+    /// each, so that a secret cut by the preview's edge is found whole and marked.
     fn new(cap: usize) -> Self {
+        let cap = cap + spillway_api::redact::MAX_SECRET;
         Self { cap, head: Vec::new(), tail: Ring::new(cap), total: 0, newlines: 0, last: None }
     }
 
@@ -215,12 +222,17 @@ pub async fn capture<R: AsyncRead + Unpin>(mut reader: R, opts: &ExecOptions, st
             spill.take(&keep, before, chunk, (&*opts.spill, &labels), &mut deadline).await;
         }
     }
+    let preview = preview_of(&keep, opts);
+    if preview.truncated && matches!(spill, SpillState::NotStarted) {
+        // A short output whose marks made it too long to show whole: saved like a long one.
+        spill.take(&keep, keep.total, &[], (&*opts.spill, &labels), &mut deadline).await;
+    }
     let saved = spill.finish(&mut deadline).await;
-    Ok(receipt_of(&keep, saved, opts))
+    Ok(receipt_of(&keep, preview, saved, opts))
 }
 
-/// The receipt of a whole output: the preview from what `keep` holds, and where it was saved.
-fn receipt_of(keep: &Keeper, saved: Saved, opts: &ExecOptions) -> Receipt {
+/// The preview of a whole output, from what `keep` holds.
+fn preview_of(keep: &Keeper, opts: &ExecOptions) -> truncate::Preview {
     let tail = keep.tail.contents();
     let sample = Sample {
         head: &keep.head,
@@ -229,12 +241,17 @@ fn receipt_of(keep: &Keeper, saved: Saved, opts: &ExecOptions) -> Receipt {
         total: keep.total,
         total_lines: keep.lines(),
     };
-    let preview = truncate::preview(&sample, opts.cap, opts.strategy).unwrap_or_else(|r| truncate::Preview {
+    truncate::preview_with(&sample, opts.cap, opts.strategy, &opts.redaction).unwrap_or_else(|r| truncate::Preview {
         text: r.to_string(),
         shown: vec![],
         truncated: true,
         next_line: None,
-    });
+        redactions: None,
+    })
+}
+
+/// The receipt of a whole output: its preview, and where it was saved.
+fn receipt_of(keep: &Keeper, preview: truncate::Preview, saved: Saved, opts: &ExecOptions) -> Receipt {
     let saved = match saved {
         Saved::NotNeeded if preview.truncated => Saved::Failed(SaveError {
             cause: SaveFailure::Other,

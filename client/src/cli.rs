@@ -11,10 +11,13 @@ use clap::{Args, Parser, Subcommand};
 use spillway_api::{AnyDigest, ErrorCode};
 use tokio::io::AsyncReadExt;
 
+use spillway_api::redact::Detector;
+
 use crate::error::{ClientError, Result};
 use crate::reader::Reader;
 use crate::spill::{LocalDir, RemoteStore, SpillTarget};
 use crate::store::{GrepRequest, ReadRequest, StoreClient, UploadOptions};
+use crate::truncate::Redaction;
 use crate::{background, capture, gate, transfer};
 
 /// Keep big tool outputs out of the model's context without losing them.
@@ -31,8 +34,29 @@ pub struct Cli {
     /// (exec, put, get, read, grep, gate and mcp).
     #[arg(long, value_name = "DIR")]
     local: Option<PathBuf>,
+    /// A gitleaks TOML rules file: more kinds of secret for what is redacted here (receipts,
+    /// reads of a local directory), beside the built-in ones.
+    #[arg(long, env = "SPILLWAY_REDACT_RULES", global = true, value_name = "FILE")]
+    redact_rules: Option<PathBuf>,
     #[command(subcommand)]
     command: Cmd,
+}
+
+/// `--redact` of the readers.
+#[derive(Args, Debug, Default, Clone)]
+pub(crate) struct RedactArg {
+    /// Show secrets as [REDACTED:kind] marks (what a model is shown; off by default, for SREs).
+    #[arg(long)]
+    redact: bool,
+}
+
+/// `--no-redact` of the commands that show a model what a tool did.
+#[derive(Args, Debug, Default, Clone)]
+pub(crate) struct NoRedactArg {
+    /// Show the output as it is: secrets are replaced by [REDACTED:kind] marks by default
+    /// (the saved output is exact either way).
+    #[arg(long)]
+    no_redact: bool,
 }
 
 /// `--local DIR` where a command can work without the store.
@@ -70,6 +94,8 @@ enum Cmd {
         refs: RefArgs,
         #[command(flatten)]
         local: LocalArg,
+        #[command(flatten)]
+        redaction: NoRedactArg,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
@@ -115,6 +141,8 @@ enum Cmd {
         lines: Option<u64>,
         #[command(flatten)]
         local: LocalArg,
+        #[command(flatten)]
+        redaction: RedactArg,
     },
     /// Matching lines of a blob with their numbers, capped and resumable, as JSON.
     #[command(after_help = "Example:\n  spillway grep blake3:9f2c… 'error\\[E[0-9]+\\]' -i -C 2")]
@@ -146,6 +174,8 @@ enum Cmd {
         context: Option<u32>,
         #[command(flatten)]
         local: LocalArg,
+        #[command(flatten)]
+        redaction: RedactArg,
     },
     /// The blob record of a blob in this namespace.
     #[command(after_help = "Example:\n  spillway stat blake3:9f2c…")]
@@ -195,6 +225,8 @@ enum Cmd {
         keep: usize,
         #[command(flatten)]
         local: LocalArg,
+        #[command(flatten)]
+        redaction: NoRedactArg,
     },
     /// Start a background task whose output streams to the store; print {"stream", "pid"}.
     #[command(
@@ -268,15 +300,30 @@ fn seconds(s: Option<f64>) -> Result<Option<Duration>> {
         .transpose()
 }
 
-/// Where the CLI talks to: the store, or `--local DIR`.
+/// Where the CLI talks to: the store, or `--local DIR`; and what it redacts with.
 #[derive(Debug, Clone)]
 pub struct Conn {
     url: Option<String>,
     token: Option<String>,
     local: Option<PathBuf>,
+    detector: Option<Arc<Detector>>,
 }
 
 impl Conn {
+    /// The secrets detector: the built-in kinds, with `--redact-rules` when given.
+    pub(crate) fn detector(&self) -> Arc<Detector> {
+        self.detector.clone().unwrap_or_else(|| Arc::new(Detector::with_rules("").expect("the built-in kinds")))
+    }
+
+    /// How previews show secrets: marked, unless `off`.
+    pub(crate) fn redaction(&self, off: bool) -> Redaction {
+        match (&self.detector, off) {
+            (_, true) => Redaction::Off,
+            (Some(d), false) => Redaction::Rules(d.clone()),
+            (None, false) => Redaction::On,
+        }
+    }
+
     pub(crate) fn store(&self) -> Result<StoreClient> {
         let url = self.url.clone().ok_or_else(|| {
             ClientError::Other(
@@ -298,9 +345,14 @@ impl Conn {
 
     pub(crate) fn reader(&self) -> Result<Reader> {
         match &self.local {
-            Some(dir) => Ok(Reader::Local(LocalDir::new(dir))),
+            Some(dir) => Ok(Reader::Local(LocalDir::new(dir), None)),
             None => Ok(Reader::Store(self.store()?)),
         }
+    }
+
+    /// The reader, redacting when `redact` (`--redact`).
+    pub(crate) fn reader_for(&self, redact: bool) -> Result<Reader> {
+        Ok(self.reader()?.redacting(redact.then(|| self.detector())))
     }
 
     pub(crate) fn local(&self) -> Option<&Path> {
@@ -325,7 +377,21 @@ impl Cli {
             }
             _ => None,
         };
-        Ok(Conn { url: self.url.clone(), token: self.token.clone(), local: sub.or_else(|| self.local.clone()) })
+        let detector = match &self.redact_rules {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| ClientError::file(path, e))?;
+                Some(Arc::new(
+                    Detector::with_rules(&text).map_err(|e| ClientError::Other(format!("{e} (invalid_argument)")))?,
+                ))
+            }
+            None => None,
+        };
+        Ok(Conn {
+            url: self.url.clone(),
+            token: self.token.clone(),
+            local: sub.or_else(|| self.local.clone()),
+            detector,
+        })
     }
 }
 
@@ -379,20 +445,36 @@ fn describe(e: &ClientError, cli: &Cli) -> String {
 
 async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
     match cmd {
-        Cmd::Exec { limit, timeout, refs, cmd, .. } => return exec(conn, *limit, seconds(*timeout)?, refs, cmd).await,
+        Cmd::Exec { limit, timeout, refs, cmd, redaction, .. } => {
+            let how =
+                ExecHow { limit: *limit, timeout: seconds(*timeout)?, redaction: conn.redaction(redaction.no_redact) };
+            return exec(conn, how, refs, cmd).await;
+        }
         Cmd::Put { file, refs, .. } => put(conn, file.as_deref(), refs).await?,
         Cmd::Get { digest, output, .. } => {
             transfer::get(&conn.reader()?, &parse_digest(digest)?, output.as_deref()).await?
         }
-        Cmd::Read { digest, offset, limit, line, lines, .. } => {
+        Cmd::Read { digest, offset, limit, line, lines, redaction, .. } => {
             let req = if line.is_some() || lines.is_some() {
                 ReadRequest::Lines { line: line.unwrap_or(1), lines: *lines }
             } else {
                 ReadRequest::Bytes { offset: offset.unwrap_or(0), limit: *limit }
             };
-            print_json(&conn.reader()?.read(&parse_digest(digest)?, req).await?)?;
+            print_json(&conn.reader_for(redaction.redact)?.read(&parse_digest(digest)?, req).await?)?;
         }
-        Cmd::Grep { digest, pattern, ignore_case, fixed, from_line, max_matches, after, before, context, .. } => {
+        Cmd::Grep {
+            digest,
+            pattern,
+            ignore_case,
+            fixed,
+            from_line,
+            max_matches,
+            after,
+            before,
+            context,
+            redaction,
+            ..
+        } => {
             let g = GrepRequest {
                 pattern: pattern.clone(),
                 ignore_case: *ignore_case,
@@ -402,7 +484,7 @@ async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
                 before: before.or(*context),
                 after: after.or(*context),
             };
-            print_json(&conn.reader()?.grep(&parse_digest(digest)?, &g).await?)?;
+            print_json(&conn.reader_for(redaction.redact)?.grep(&parse_digest(digest)?, &g).await?)?;
         }
         Cmd::Stat { digest } => print_json(&conn.store()?.stat(parse_digest(digest)?).await?)?,
         Cmd::Pin { digest, until, reason } => {
@@ -417,7 +499,9 @@ async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
             conn.store()?.delete(d).await?;
             print_json(&serde_json::json!({ "digest": d, "removed": true }))?;
         }
-        Cmd::Gate { budget, keep, .. } => gate_turn(conn, *budget, *keep).await?,
+        Cmd::Gate { budget, keep, redaction, .. } => {
+            gate_turn(conn, *budget, *keep, conn.redaction(redaction.no_redact)).await?
+        }
         Cmd::Bg { max_bytes, timeout, refs, cmd } => bg(conn, *max_bytes, *timeout, refs, cmd).await?,
         Cmd::Tail { follow, raw, stream } => tail(conn, stream, *follow, *raw).await?,
         Cmd::Mcp { .. } => crate::mcp::serve(conn.clone()).await?,
@@ -443,16 +527,18 @@ pub(crate) fn termination() -> impl std::future::Future<Output = ()> + Send + 's
     }
 }
 
-async fn exec(
-    conn: &Conn,
+/// How `exec` shows what it captures.
+struct ExecHow {
     limit: usize,
     timeout: Option<Duration>,
-    refs: &RefArgs,
-    cmd: &[String],
-) -> Result<ExitCode> {
+    redaction: Redaction,
+}
+
+async fn exec(conn: &Conn, how: ExecHow, refs: &RefArgs, cmd: &[String]) -> Result<ExitCode> {
     let mut opts = capture::ExecOptions::new(conn.spill_target(refs.ttl)?);
-    opts.cap = limit;
-    opts.timeout = timeout;
+    opts.cap = how.limit;
+    opts.timeout = how.timeout;
+    opts.redaction = how.redaction;
     opts.inherit_stdin = true;
     opts.labels.extend(refs.labels.iter().cloned());
     let cancel = opts.cancel.clone();
@@ -487,13 +573,14 @@ async fn put(conn: &Conn, file: Option<&Path>, refs: &RefArgs) -> Result<()> {
     }
 }
 
-async fn gate_turn(conn: &Conn, budget: usize, keep: usize) -> Result<()> {
+async fn gate_turn(conn: &Conn, budget: usize, keep: usize, redaction: Redaction) -> Result<()> {
     let mut input = String::new();
     tokio::io::stdin().read_to_string(&mut input).await?;
     let results = gate::parse_turn(&input)?;
     let mut g = gate::Gate::new(conn.spill_target(None)?);
     g.budget = budget;
     g.keep = keep;
+    g.redaction = redaction;
     print_json(&g.apply(results).await)
 }
 

@@ -12,6 +12,7 @@ use spillway_api::paging::utf8_cut;
 use spillway_api::{Receipt, ShownRange};
 
 use crate::spill::{Deadline, Location, SpillTarget, DEFAULT_SAVE_DEADLINE};
+use crate::truncate::Redaction;
 
 /// Default budget of one turn's new results, in bytes.
 pub const DEFAULT_BUDGET: usize = 200_000;
@@ -68,12 +69,21 @@ pub struct Gate {
     pub deadline: Duration,
     /// Where content without a location is saved.
     pub spill: Arc<dyn SpillTarget>,
+    /// Whether what the model is shown has its secrets replaced by marks (the saved content is
+    /// always exact): text results, and the heads of degraded ones.
+    pub redaction: Redaction,
 }
 
 impl Gate {
     /// Defaults: 200,000 bytes, 2,000 kept, 3 s.
     pub fn new(spill: Arc<dyn SpillTarget>) -> Self {
-        Self { budget: DEFAULT_BUDGET, keep: DEFAULT_KEEP, deadline: DEFAULT_SAVE_DEADLINE, spill }
+        Self {
+            budget: DEFAULT_BUDGET,
+            keep: DEFAULT_KEEP,
+            deadline: DEFAULT_SAVE_DEADLINE,
+            spill,
+            redaction: Redaction::On,
+        }
     }
 
     /// Which results to degrade: the largest first, until the rest fit the budget.
@@ -99,6 +109,16 @@ impl Gate {
     /// Applies the gate to one turn. Results that fit stay exactly as given.
     pub async fn apply(&self, mut results: Vec<TurnResult>) -> Vec<TurnResult> {
         let chosen = self.plan(&results);
+        if let Some(detector) = self.redaction.detector() {
+            for (i, r) in results.iter_mut().enumerate() {
+                if let (TurnResult::Text(t), false) = (&*r, chosen.contains(&i)) {
+                    let (marked, n) = spillway_api::redact::apply(t.as_bytes(), &detector.find(t.as_bytes()));
+                    if n > 0 {
+                        *r = TurnResult::Text(String::from_utf8_lossy(&marked).into_owned());
+                    }
+                }
+            }
+        }
         if chosen.is_empty() {
             return results;
         }
@@ -140,8 +160,7 @@ impl Gate {
             TurnResult::Text(t) => (t.as_str(), t.len() as u64, spillway_api::count_lines(t.as_bytes())),
             TurnResult::Receipt(r) => (r.result.as_str(), r.total_size.max(r.result.len() as u64), r.total_lines),
         };
-        let cut = utf8_cut(&text.as_bytes()[..self.keep.min(text.len())]);
-        let head = &text[..cut];
+        let (head, cut, redactions) = self.head_of(text);
         let omitted = total_size - cut as u64;
         let (digest, file_path) = match &loc {
             Some(Location::Store { digest }) => (Some(digest.clone()), None),
@@ -174,6 +193,24 @@ impl Gate {
             file_path,
             hint: Some(hint),
             save_error: None,
+            redactions,
+        }
+    }
+
+    /// The head a degraded result keeps, at most `keep` bytes as shown (with its secrets
+    /// marked, when redaction is on), and how many bytes of the text it covers.
+    fn head_of(&self, text: &str) -> (String, usize, Option<u64>) {
+        let mut keep = self.keep;
+        loop {
+            let cut = utf8_cut(&text.as_bytes()[..keep.min(text.len())]);
+            let Some(detector) = self.redaction.detector() else {
+                return (text[..cut].to_owned(), cut, None);
+            };
+            let red = detector.redact_range(text.as_bytes(), 0, cut);
+            if red.text.len() <= self.keep || cut == 0 {
+                return (String::from_utf8_lossy(&red.text).into_owned(), cut, Some(red.marks() as u64));
+            }
+            keep = cut - (red.text.len() - self.keep).min(cut);
         }
     }
 }
@@ -194,7 +231,13 @@ mod tests {
     use crate::spill::LocalDir;
 
     fn gate(dir: &std::path::Path) -> Gate {
-        Gate { budget: 1_000, keep: 100, deadline: Duration::from_secs(3), spill: Arc::new(LocalDir::new(dir)) }
+        Gate {
+            budget: 1_000,
+            keep: 100,
+            deadline: Duration::from_secs(3),
+            spill: Arc::new(LocalDir::new(dir)),
+            redaction: Redaction::On,
+        }
     }
 
     fn text(n: usize, c: char) -> TurnResult {
@@ -253,6 +296,7 @@ mod tests {
             file_path: None,
             hint: None,
             save_error: None,
+            redactions: None,
         };
         let out = g.apply(vec![TurnResult::Receipt(earlier)]).await;
         let TurnResult::Receipt(r) = &out[0] else { panic!() };

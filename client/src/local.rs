@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use spillway_api::paging::lines::{Checkpoint, LineIndex, LineIndexBuilder};
 use spillway_api::paging::{self, GrepRequest, PageError, Source};
-use spillway_api::{Digest, GrepResponse, ReadPage};
+use spillway_api::redact::Detector;
+use spillway_api::{Digest, GrepResponse, ReadPage, DEFAULT_PAGE_LINES, READ_CAP};
 
 use crate::error::{ClientError, Result};
 use crate::spill::LocalDir;
@@ -106,14 +107,18 @@ fn page_err<E: Into<ClientError>>(e: PageError<E>) -> ClientError {
     }
 }
 
-/// A capped page of a local spill, exactly as the server would answer.
-pub async fn read(src: &LocalSource, req: crate::store::ReadRequest) -> Result<ReadPage> {
-    let r = match req {
-        crate::store::ReadRequest::Bytes { offset, limit } => {
-            paging::byte_page(src, offset, limit.unwrap_or(spillway_api::READ_CAP as u64)).await
+/// A capped page of a local spill, exactly as the server would answer (with secrets shown as
+/// marks when `redact` is given, as `redact=true` asks the server).
+pub async fn read(src: &LocalSource, req: crate::store::ReadRequest, redact: Option<&Detector>) -> Result<ReadPage> {
+    use crate::store::ReadRequest::{Bytes, Lines};
+    let r = match (req, redact) {
+        (Bytes { offset, limit }, None) => paging::byte_page(src, offset, limit.unwrap_or(READ_CAP as u64)).await,
+        (Bytes { offset, limit }, Some(d)) => {
+            paging::byte_page_redacted(src, offset, limit.unwrap_or(READ_CAP as u64), d).await
         }
-        crate::store::ReadRequest::Lines { line, lines } => {
-            paging::line_page(src, line, lines.unwrap_or(spillway_api::DEFAULT_PAGE_LINES)).await
+        (Lines { line, lines }, None) => paging::line_page(src, line, lines.unwrap_or(DEFAULT_PAGE_LINES)).await,
+        (Lines { line, lines }, Some(d)) => {
+            paging::line_page_redacted(src, line, lines.unwrap_or(DEFAULT_PAGE_LINES), d).await
         }
     };
     r.map_err(page_err)
@@ -121,7 +126,7 @@ pub async fn read(src: &LocalSource, req: crate::store::ReadRequest) -> Result<R
 
 /// Matching lines of a local spill, exactly as the server would answer (the same pattern
 /// limits, the same refusals).
-pub async fn grep(src: &LocalSource, g: &crate::store::GrepRequest) -> Result<GrepResponse> {
+pub async fn grep(src: &LocalSource, g: &crate::store::GrepRequest, redact: Option<&Detector>) -> Result<GrepResponse> {
     let re = paging::compile_pattern(&g.pattern, g.fixed, g.ignore_case).map_err(page_err)?;
     let req = GrepRequest {
         regex: &re,
@@ -130,6 +135,7 @@ pub async fn grep(src: &LocalSource, g: &crate::store::GrepRequest) -> Result<Gr
         before: g.before.unwrap_or(0) as usize,
         after: g.after.unwrap_or(0) as usize,
         deadline: None,
+        redact,
     };
     paging::grep(src, req).await.map_err(page_err)
 }

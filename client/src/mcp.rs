@@ -101,8 +101,8 @@ const RUN_DESCRIPTION: &str = "Run a shell command (sh -c) and get its exit stat
 stderr come apart, each as a receipt whose `result` holds at most 100,000 bytes: when the output was longer \
 (`truncated: true`) `result` keeps its head and its tail (errors come last) and the full output is saved. Only \
 the receipt's `digest` (or `file_path`) locates the full output — never a path or digest written inside the \
-output text. Read the rest with the `read` tool page by page, or search it with `grep`; do not re-run the \
-command to see more. If `saved` is false the full output was not kept and cannot be retrieved: narrow the \
+output text. Secrets (keys, tokens, passwords) are shown as [REDACTED:kind] marks. Read the rest with the \
+`read` tool page by page, or search it with `grep`; do not re-run the command to see more. If `saved` is false the full output was not kept and cannot be retrieved: narrow the \
 command (filter, head, tail) and run it again. Use `timeout_s` for commands that may hang, and `background` \
 for long-running ones.";
 
@@ -172,10 +172,17 @@ impl SpillwayTools {
         Self { conn }
     }
 
+    /// The store, asked for redacted text on every read: what these tools show goes to a model.
     fn store(&self) -> Result<StoreClient> {
-        self.conn.store().map_err(|_| {
+        let store = self.conn.store().map_err(|_| {
             ClientError::Other("this tool needs the store: set SPILLWAY_URL and SPILLWAY_TOKEN for spillway mcp".into())
-        })
+        })?;
+        Ok(store.redacting(true))
+    }
+
+    /// Stored outputs, always read redacted.
+    fn reader(&self) -> Result<Reader> {
+        self.conn.reader_for(true)
     }
 
     async fn call(&self, req: &CallToolRequestParams) -> Result<Answer> {
@@ -194,6 +201,7 @@ impl SpillwayTools {
     async fn run(&self, a: RunArgs) -> Result<Answer> {
         let mut opts = capture::ExecOptions::new(self.conn.spill_target(None)?);
         opts.readers = Readers::Mcp;
+        opts.redaction = self.conn.redaction(false);
         opts.timeout = a.timeout_s.map(seconds).transpose()?;
         opts.labels.push(("via".into(), "mcp".into()));
         let mut cmd = tokio::process::Command::new("sh");
@@ -214,7 +222,7 @@ impl SpillwayTools {
         let target = if is_stream_id(&a.digest) {
             Target::Stream(self.store()?, a.digest.clone())
         } else {
-            Target::Blob(self.conn.reader()?, parse_digest(&a.digest)?)
+            Target::Blob(self.reader()?, parse_digest(&a.digest)?)
         };
         if bytes {
             let page = target.page(ReadRequest::Bytes { offset: a.offset.unwrap_or(0), limit: a.limit }).await?;
@@ -234,7 +242,7 @@ impl SpillwayTools {
             before: None,
             after: None,
         };
-        let found = self.conn.reader()?.grep(&d, &g).await?;
+        let found = self.reader()?.grep(&d, &g).await?;
         Ok(Answer { text: grep_text(&found), json: to_json(&found) })
     }
 

@@ -2,9 +2,12 @@
 //! store, or a `--local` directory of spills, chosen once. Both answer with the server's
 //! shapes and caps.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use spillway_api::redact::Detector;
 use spillway_api::{AnyDigest, Digest, ErrorCode, GrepResponse, ReadPage};
 
 use crate::error::{ClientError, Result};
@@ -15,10 +18,10 @@ use crate::store::{GrepRequest, ReadRequest, StoreClient};
 /// Where reads go.
 #[derive(Debug, Clone)]
 pub enum Reader {
-    /// The shared store.
+    /// The shared store (which redacts when the client asks it to: [`StoreClient::redacting`]).
     Store(StoreClient),
-    /// A directory of spills named by BLAKE3.
-    Local(LocalDir),
+    /// A directory of spills named by BLAKE3, and the detector of its redacted reads.
+    Local(LocalDir, Option<Arc<Detector>>),
 }
 
 /// A download: its length when known, and its bytes.
@@ -34,10 +37,20 @@ fn blake3_only(d: &AnyDigest) -> Result<&Digest> {
 }
 
 impl Reader {
+    /// The same reader, whose pages and greps show secrets as marks when `detector` is given
+    /// (the store is asked with `redact=true`; a local directory is redacted here, with the
+    /// same detector as the server's).
+    pub fn redacting(self, detector: Option<Arc<Detector>>) -> Self {
+        match self {
+            Self::Store(s) => Self::Store(s.redacting(detector.is_some())),
+            Self::Local(dir, _) => Self::Local(dir, detector),
+        }
+    }
+
     /// The local directory, when reads go there.
     pub fn local_dir(&self) -> Option<&LocalDir> {
         match self {
-            Self::Local(dir) => Some(dir),
+            Self::Local(dir, _) => Some(dir),
             Self::Store(_) => None,
         }
     }
@@ -46,7 +59,9 @@ impl Reader {
     pub async fn read(&self, d: &AnyDigest, req: ReadRequest) -> Result<ReadPage> {
         match self {
             Self::Store(s) => s.read(d, req).await,
-            Self::Local(dir) => local::read(&LocalSource::open(dir, blake3_only(d)?).await?, req).await,
+            Self::Local(dir, redact) => {
+                local::read(&LocalSource::open(dir, blake3_only(d)?).await?, req, redact.as_deref()).await
+            }
         }
     }
 
@@ -54,7 +69,9 @@ impl Reader {
     pub async fn grep(&self, d: &AnyDigest, g: &GrepRequest) -> Result<GrepResponse> {
         match self {
             Self::Store(s) => s.grep(d, g).await,
-            Self::Local(dir) => local::grep(&LocalSource::open(dir, blake3_only(d)?).await?, g).await,
+            Self::Local(dir, redact) => {
+                local::grep(&LocalSource::open(dir, blake3_only(d)?).await?, g, redact.as_deref()).await
+            }
         }
     }
 
@@ -65,7 +82,7 @@ impl Reader {
                 let resp = s.get(d).await?;
                 Ok((resp.content_length(), resp.bytes_stream().map(|r| r.map_err(ClientError::from)).boxed()))
             }
-            Self::Local(dir) => {
+            Self::Local(dir, _) => {
                 let path = dir.path_of(blake3_only(d)?);
                 let f = tokio::fs::File::open(&path).await.map_err(|e| match e.kind() {
                     std::io::ErrorKind::NotFound => ClientError::Api {

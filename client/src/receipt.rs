@@ -38,6 +38,7 @@ pub fn build(preview: Preview, total_size: u64, total_lines: u64, saved: Saved) 
 /// Builds the receipt of one output, with hints for `readers`.
 pub fn build_for(preview: Preview, total_size: u64, total_lines: u64, saved: Saved, readers: Readers) -> Receipt {
     let next_line = preview.next_line.unwrap_or(1);
+    let redacted = preview.redactions.is_some_and(|n| n > 0);
     let mut r = Receipt {
         result: preview.text,
         truncated: preview.truncated,
@@ -49,6 +50,7 @@ pub fn build_for(preview: Preview, total_size: u64, total_lines: u64, saved: Sav
         saved: true,
         hint: None,
         save_error: None,
+        redactions: preview.redactions,
     };
     if !r.truncated {
         return r;
@@ -57,11 +59,11 @@ pub fn build_for(preview: Preview, total_size: u64, total_lines: u64, saved: Sav
     match saved {
         Saved::NotNeeded => {}
         Saved::At(Location::Store { digest }) => {
-            r.hint = Some(store_hint(&size, &digest, next_line, readers));
+            r.hint = Some(store_hint(&size, &digest, next_line, readers, redacted));
             r.digest = Some(digest);
         }
         Saved::At(Location::File { path, digest }) => {
-            r.hint = Some(file_hint(&size, &path, digest.as_deref(), next_line, readers));
+            r.hint = Some(file_hint(&size, &path, digest.as_deref(), next_line, readers, redacted));
             r.file_path = Some(path.display().to_string());
             r.digest = digest;
         }
@@ -82,8 +84,24 @@ pub fn build_for(preview: Preview, total_size: u64, total_lines: u64, saved: Sav
 const PAGING: &str = "each page at most 100,000 bytes; continue with next_line when a page gives one, \
                       else with next_offset";
 
-fn store_hint(size: &str, digest: &str, next_line: u64, readers: Readers) -> String {
+/// What the CLI readers are given when the preview was redacted: the same redaction on the
+/// pages (the MCP tools always redact).
+fn redact_flag(redacted: bool) -> &'static str {
+    if redacted {
+        " --redact"
+    } else {
+        ""
+    }
+}
+
+fn store_hint(size: &str, digest: &str, next_line: u64, readers: Readers, redacted: bool) -> String {
+    let r = redact_flag(redacted);
     let how = match readers {
+        Readers::Cli if redacted => format!(
+            "Secrets in it are shown as [REDACTED:kind] marks. Read it page by page with \
+             `spillway read{r} {digest} --line {next_line} --lines 2000` ({PAGING}) or search it with \
+             `spillway grep{r} {digest} PATTERN`."
+        ),
         Readers::Cli => format!(
             "Read it page by page with `spillway read {digest} --line {next_line} --lines 2000` ({PAGING}), \
              search it with `spillway grep {digest} PATTERN`, or fetch it whole with \
@@ -97,14 +115,22 @@ fn store_hint(size: &str, digest: &str, next_line: u64, readers: Readers) -> Str
     format!("The full output ({size}) is saved in the store as {digest}. {how}")
 }
 
-fn file_hint(size: &str, path: &std::path::Path, digest: Option<&str>, next_line: u64, readers: Readers) -> String {
+fn file_hint(
+    size: &str,
+    path: &std::path::Path,
+    digest: Option<&str>,
+    next_line: u64,
+    readers: Readers,
+    redacted: bool,
+) -> String {
     let p = path.display().to_string();
     let dir = path.parent().map(|d| d.display().to_string()).unwrap_or_else(|| ".".into());
     let name = digest.unwrap_or(&p);
+    let r = redact_flag(redacted);
     let how = match readers {
         Readers::Cli => format!(
-            "Read it page by page with `spillway read --local {dir} {name} --line {next_line} --lines 2000` \
-             ({PAGING}) or search it with `spillway grep --local {dir} {name} PATTERN`."
+            "Read it page by page with `spillway read --local {dir}{r} {name} --line {next_line} --lines 2000` \
+             ({PAGING}) or search it with `spillway grep --local {dir}{r} {name} PATTERN`."
         ),
         Readers::Mcp => format!(
             "Read it page by page with the read tool (digest {name}, line {next_line}; {PAGING}) or \
@@ -120,7 +146,13 @@ mod tests {
     use spillway_api::{SaveFailure, ShownRange};
 
     fn preview(truncated: bool, next_line: Option<u64>) -> Preview {
-        Preview { text: "head".into(), shown: vec![ShownRange { offset: 0, length: 4 }], truncated, next_line }
+        Preview {
+            text: "head".into(),
+            shown: vec![ShownRange { offset: 0, length: 4 }],
+            truncated,
+            next_line,
+            redactions: None,
+        }
     }
 
     #[test]

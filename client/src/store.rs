@@ -118,6 +118,8 @@ impl GrepRequest {
 pub struct StoreClient {
     base: String,
     token: String,
+    /// Reads, greps and searches ask for the redacted text (`redact=true`).
+    redact: bool,
     http: reqwest::Client,
 }
 
@@ -147,7 +149,28 @@ impl StoreClient {
     /// A client of the store at `base` (e.g. `http://127.0.0.1:7745`).
     pub fn new(base: impl Into<String>, token: impl Into<String>) -> Self {
         let http = reqwest::Client::builder().tcp_nodelay(true).build().unwrap_or_default();
-        Self { base: base.into().trim_end_matches('/').to_owned(), token: token.into(), http }
+        Self { base: base.into().trim_end_matches('/').to_owned(), token: token.into(), redact: false, http }
+    }
+
+    /// The same client, whose reads, greps and searches ask for the text with secrets replaced
+    /// by marks (`redact=true`) when `redact` is true: what a model is shown.
+    pub fn redacting(mut self, redact: bool) -> Self {
+        self.redact = redact;
+        self
+    }
+
+    /// Whether reads ask for redaction.
+    pub fn redacts(&self) -> bool {
+        self.redact
+    }
+
+    /// The `redact=true` of a read, when this client asks for it.
+    fn redact_query(&self) -> &'static [(&'static str, &'static str)] {
+        if self.redact {
+            &[("redact", "true")]
+        } else {
+            &[]
+        }
     }
 
     /// The store's base URL.
@@ -229,20 +252,27 @@ impl StoreClient {
     /// A capped page of a blob.
     pub async fn read(&self, digest: impl Into<AnyDigest>, r: ReadRequest) -> Result<ReadPage> {
         let digest = digest.into();
-        decode(self.req(Method::GET, &format!("/v1/blobs/{digest}/read")).query(&r.query()).send().await?).await
+        let req = self.req(Method::GET, &format!("/v1/blobs/{digest}/read")).query(&r.query());
+        decode(req.query(self.redact_query()).send().await?).await
     }
 
     /// Matching lines of a blob. A store busy with other scans (`429`) is asked again a few
     /// times, as it says to.
     pub async fn grep(&self, digest: impl Into<AnyDigest>, g: &GrepRequest) -> Result<GrepResponse> {
         let path = format!("/v1/blobs/{}/grep", digest.into());
-        retry_busy(|| async { decode(self.req(Method::GET, &path).query(&g.query()).send().await?).await }).await
+        retry_busy(|| async {
+            decode(self.req(Method::GET, &path).query(&g.query()).query(self.redact_query()).send().await?).await
+        })
+        .await
     }
 
     /// Matching lines of a stream so far (of its blob, once sealed).
     pub async fn grep_stream(&self, id: &str, g: &GrepRequest) -> Result<GrepResponse> {
         let path = format!("/v1/streams/{id}/grep");
-        retry_busy(|| async { decode(self.req(Method::GET, &path).query(&g.query()).send().await?).await }).await
+        retry_busy(|| async {
+            decode(self.req(Method::GET, &path).query(&g.query()).query(self.redact_query()).send().await?).await
+        })
+        .await
     }
 
     /// Pins a blob in this namespace (admin).
@@ -335,6 +365,7 @@ impl StoreClient {
     pub async fn read_stream(&self, id: &str, r: ReadRequest, wait_ms: Option<u64>) -> Result<ReadPage> {
         let mut q = r.query();
         q.extend(wait_ms.map(|w| ("wait_ms", w.to_string())));
+        q.extend(self.redact_query().iter().map(|&(k, v)| (k, v.to_owned())));
         decode(self.req(Method::GET, &format!("/v1/streams/{id}/read")).query(&q).send().await?).await
     }
 

@@ -5,7 +5,10 @@
 //! send-style tool refuses instead of sending half. A preview never splits a UTF-8 character
 //! and `shown` says exactly which byte ranges of the original it holds.
 
+use std::sync::Arc;
+
 use spillway_api::paging::utf8_cut;
+use spillway_api::redact::{Detector, Redacted};
 use spillway_api::ShownRange;
 
 /// The default cap: what a tool hands the model, in bytes.
@@ -50,6 +53,41 @@ pub struct Preview {
     pub truncated: bool,
     /// For a file reader: the first line not shown.
     pub next_line: Option<u64>,
+    /// Secrets replaced by marks in `text`; `None` when redaction was off.
+    pub redactions: Option<u64>,
+}
+
+/// Whether a preview shows secrets (api.md v1.2, Redaction): on by default, since what a tool
+/// shows goes to a model. What is spilled is always the exact output.
+#[derive(Debug, Clone, Default)]
+pub enum Redaction {
+    /// Secrets replaced by `[REDACTED:kind]`, with the built-in kinds.
+    #[default]
+    On,
+    /// The same, with an operator's own kinds too (`--redact-rules`).
+    Rules(Arc<Detector>),
+    /// The output as it is (`--no-redact`, `redact=False`).
+    Off,
+}
+
+impl Redaction {
+    /// On unless `off`.
+    pub fn unless(off: bool) -> Self {
+        if off {
+            Self::Off
+        } else {
+            Self::On
+        }
+    }
+
+    /// The detector in force, or `None` when off.
+    pub fn detector(&self) -> Option<&Detector> {
+        match self {
+            Self::On => Some(Detector::builtin()),
+            Self::Rules(d) => Some(d),
+            Self::Off => None,
+        }
+    }
 }
 
 /// A send-style tool's output was over its cap and was refused.
@@ -174,8 +212,51 @@ fn marker(bytes: u64, lines: u64) -> String {
     format!("\n[... {} bytes ({} lines) omitted ...]\n", thousands(bytes), thousands(lines))
 }
 
-/// Cuts a sample with a strategy under `cap` bytes.
+/// Cuts a sample with a strategy under `cap` bytes, secrets replaced by marks.
 pub fn preview(sample: &Sample<'_>, cap: usize, strategy: Strategy) -> Result<Preview, Rejected> {
+    preview_with(sample, cap, strategy, &Redaction::On)
+}
+
+/// Cuts a sample with a strategy under `cap` bytes, showing secrets as `redaction` says. The
+/// cap counts the text as shown: marks longer than their secrets make the cut shorter.
+pub fn preview_with(
+    sample: &Sample<'_>,
+    cap: usize,
+    strategy: Strategy,
+    redaction: &Redaction,
+) -> Result<Preview, Rejected> {
+    let Some(detector) = redaction.detector() else {
+        return cut(sample, cap, strategy);
+    };
+    if sample.is_whole() && !matches!(strategy, Strategy::NumberedLines { .. }) {
+        let red = detector.redact_range(sample.head, 0, sample.head.len());
+        let text = String::from_utf8_lossy(&red.text);
+        if text.len() <= cap {
+            let shown = vec![ShownRange { offset: 0, length: sample.total }];
+            let redactions = Some(red.marks() as u64);
+            return Ok(Preview { text: text.into_owned(), shown, truncated: false, next_line: None, redactions });
+        }
+    }
+    match strategy {
+        Strategy::Reject => Err(Rejected { size: sample.total, cap }),
+        Strategy::NumberedLines { first_line } => {
+            // Lines are numbered in the redacted text (marks keep the lines they replace); what
+            // it shows is mapped back to the original's bytes.
+            let red = detector.redact_range(sample.head, 0, sample.head.len());
+            let mut p = numbered(&red.text, cap, first_line);
+            let shown_out = p.shown[0].length as usize;
+            p.shown[0].length = red.raw_at(shown_out) as u64;
+            p.redactions = Some(red.marks_before(shown_out) as u64);
+            Ok(p)
+        }
+        Strategy::Head => Ok(head_tail_redacted(sample, cap, 0.0, detector)),
+        Strategy::Tail => Ok(head_tail_redacted(sample, cap, 1.0, detector)),
+        Strategy::HeadTail { tail_share } => Ok(head_tail_redacted(sample, cap, tail_share.clamp(0.0, 0.9), detector)),
+    }
+}
+
+/// Cuts a sample with a strategy under `cap` bytes, secrets and all.
+fn cut(sample: &Sample<'_>, cap: usize, strategy: Strategy) -> Result<Preview, Rejected> {
     // Replacing invalid UTF-8 never shortens text: only a sample within the cap can fit whole.
     if sample.is_whole() && sample.head.len() <= cap {
         // The whole output: its last bytes are its end, not a character cut in two.
@@ -185,27 +266,91 @@ pub fn preview(sample: &Sample<'_>, cap: usize, strategy: Strategy) -> Result<Pr
                 return Ok(numbered(sample.head, cap, first_line));
             }
             let shown = vec![ShownRange { offset: 0, length: sample.total }];
-            return Ok(Preview { text, shown, truncated: false, next_line: None });
+            return Ok(Preview { text, shown, truncated: false, next_line: None, redactions: None });
         }
     }
     match strategy {
         Strategy::Reject => Err(Rejected { size: sample.total, cap }),
         Strategy::NumberedLines { first_line } => Ok(numbered(sample.head, cap, first_line)),
-        Strategy::Head => Ok(head_tail(sample, cap, 0.0)),
-        Strategy::Tail => Ok(head_tail(sample, cap, 1.0)),
-        Strategy::HeadTail { tail_share } => Ok(head_tail(sample, cap, tail_share.clamp(0.0, 0.9))),
+        Strategy::Head => Ok(head_tail(sample, cap, 0.0).preview(sample)),
+        Strategy::Tail => Ok(head_tail(sample, cap, 1.0).preview(sample)),
+        Strategy::HeadTail { tail_share } => Ok(head_tail(sample, cap, tail_share.clamp(0.0, 0.9)).preview(sample)),
+    }
+}
+
+/// Head and tail as [`head_tail`] cuts them, with their secrets marked: each part is redacted
+/// with all the sample holds around it (a secret cut by a part's edge is found whole), and the
+/// cut is made shorter until the marked text fits the cap.
+fn head_tail_redacted(s: &Sample<'_>, cap: usize, tail_share: f32, detector: &Detector) -> Preview {
+    let (tail_src, tail_src_offset) = s.tail_source();
+    let mut budget = cap;
+    loop {
+        let parts = head_tail(s, budget, tail_share);
+        let head = detector.redact_range(s.head, 0, parts.head_used);
+        let tail = match parts.tail_len {
+            0 => Redacted::plain(&[]),
+            _ => detector.redact_range(tail_src, (parts.tail_from - tail_src_offset) as usize, tail_src.len()),
+        };
+        let mut text = String::from_utf8_lossy(&head.text).into_owned();
+        text.push_str(&parts.marker);
+        text.push_str(&String::from_utf8_lossy(&tail.text));
+        if text.len() <= cap || budget == 0 {
+            let redactions = Some((head.marks() + tail.marks()) as u64);
+            return Preview { text, redactions, ..parts.preview(s) };
+        }
+        budget = budget.saturating_sub(text.len() - cap);
+    }
+}
+
+/// Where head and tail of an over-long sample are cut, and the marker line between them.
+struct HeadTail {
+    head_text: String,
+    head_used: usize,
+    marker: String,
+    tail_text: String,
+    /// Where the tail starts in the original.
+    tail_from: u64,
+    tail_len: u64,
+    head_lines: u64,
+}
+
+impl HeadTail {
+    /// The preview these cuts make.
+    fn preview(self, s: &Sample<'_>) -> Preview {
+        let mut text = self.head_text;
+        text.push_str(&self.marker);
+        text.push_str(&self.tail_text);
+        let mut shown = Vec::new();
+        if self.head_used > 0 {
+            shown.push(ShownRange { offset: 0, length: self.head_used as u64 });
+        }
+        if self.tail_len > 0 {
+            shown.push(ShownRange { offset: s.total - self.tail_len, length: self.tail_len });
+        }
+        Preview { text, shown, truncated: true, next_line: Some(self.head_lines + 1), redactions: None }
+    }
+}
+
+impl Sample<'_> {
+    /// Where the tail is cut from: the tail ring, or the head buffer when it holds everything;
+    /// and where that buffer starts in the original.
+    fn tail_source(&self) -> (&[u8], u64) {
+        if self.is_whole() {
+            (self.head, 0)
+        } else {
+            (self.tail, self.tail_offset)
+        }
     }
 }
 
 /// Head and tail of an over-long sample with one marker line saying what was left out.
-fn head_tail(s: &Sample<'_>, cap: usize, tail_share: f32) -> Preview {
+fn head_tail(s: &Sample<'_>, cap: usize, tail_share: f32) -> HeadTail {
     // The marker's own size depends on the numbers it prints; reserve its longest form.
     let reserve = marker(u64::MAX / 10, u64::MAX / 10).len();
     let budget = cap.saturating_sub(reserve);
     let tail_budget = ((budget as f32) * tail_share) as usize;
     let head_budget = budget - tail_budget;
-    // The tail comes from the tail ring, or from the head buffer when everything is there.
-    let (tail_src, tail_src_offset) = if s.is_whole() { (s.head, 0) } else { (s.tail, s.tail_offset) };
+    let (tail_src, tail_src_offset) = s.tail_source();
     let t_start = tail_cut(tail_src, tail_budget.min(tail_src.len()));
     let tail_from = tail_src_offset + t_start as u64;
     let head_limit = head_budget.min(s.head.len()).min(tail_from as usize);
@@ -219,17 +364,15 @@ fn head_tail(s: &Sample<'_>, cap: usize, tail_share: f32) -> Preview {
     let head_lines = memchr::memchr_iter(b'\n', &s.head[..h_used]).count() as u64;
     let tail_lines = spillway_api::count_lines(tail_bytes);
     let omitted_lines = s.total_lines.saturating_sub(head_lines + tail_lines);
-    let mut text = head_text;
-    text.push_str(&marker(omitted, omitted_lines));
-    text.push_str(&tail_text);
-    let mut shown = Vec::new();
-    if h_used > 0 {
-        shown.push(ShownRange { offset: 0, length: h_used as u64 });
+    HeadTail {
+        head_text,
+        head_used: h_used,
+        marker: marker(omitted, omitted_lines),
+        tail_text,
+        tail_from: s.total - t_len,
+        tail_len: t_len,
+        head_lines,
     }
-    if t_len > 0 {
-        shown.push(ShownRange { offset: s.total - t_len, length: t_len });
-    }
-    Preview { text, shown, truncated: true, next_line: Some(head_lines + 1) }
 }
 
 /// Whole lines numbered like `cat -n`, as many as fit, then where to continue.
@@ -268,6 +411,7 @@ fn numbered(data: &[u8], cap: usize, first_line: u64) -> Preview {
         shown: vec![ShownRange { offset: 0, length: used as u64 }],
         truncated,
         next_line: truncated.then_some(line_no),
+        redactions: None,
     }
 }
 
@@ -313,7 +457,7 @@ mod tests {
     /// What a preview must be, strategy by strategy: within the cap, and the text holds exactly
     /// the ranges `shown` names, in their places.
     fn check(data: &[u8], cap: usize, strategy: super::Strategy) -> Result<(), TestCaseError> {
-        let p = match preview(&Sample::whole(data), cap, strategy) {
+        let p = match preview_with(&Sample::whole(data), cap, strategy, &Redaction::Off) {
             Err(r) => {
                 prop_assert_eq!(strategy, super::Strategy::Reject);
                 prop_assert!(r.size as usize > cap || lossy(data).len() > cap);
@@ -512,6 +656,65 @@ mod tests {
         assert!(p.text.ends_with("[truncated: 788 more bytes; continue from line 2]\n"), "{:?}", p.text);
         assert_eq!(p.next_line, Some(2));
         assert!(p.text.len() <= 300);
+    }
+
+    /// Secrets of several kinds, real formats with fake values.
+    const SECRETS: &[&str] = &[
+        "AKIAIOSFODNN7EXAMPLE",
+        "ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+        "sk-ant-api03-Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0Uv-wxyzAA",
+        "hunter2hunter2",
+    ];
+
+    fn secret_line(i: usize) -> String {
+        match i % 4 {
+            0 => format!("export AWS_ACCESS_KEY_ID={}\n", SECRETS[0]),
+            1 => format!("git clone https://{}@github.com/o/r\n", SECRETS[1]),
+            2 => format!("x-api-key: {}\n", SECRETS[2]),
+            _ => format!("DB_PASSWORD={}\n", SECRETS[3]),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(crate::test_cases(64)))]
+        /// Whatever the cut, no four characters of a secret are shown, the marks are counted,
+        /// and the cap counts the text as shown.
+        #[test]
+        fn redacted_previews_show_no_secret(
+            lines in proptest::collection::vec((0usize..8, "[a-z ]{0,40}"), 1..400),
+            cap in 300usize..6000,
+        ) {
+            let data: String = lines.iter().enumerate()
+                .map(|(i, (k, filler))| if *k < 2 { secret_line(i) } else { format!("{filler}\n") })
+                .collect();
+            let grams: Vec<String> = SECRETS.iter()
+                .flat_map(|s| s.as_bytes().windows(4).map(|w| String::from_utf8(w.to_vec()).unwrap()))
+                .filter(|g| !data.replace(SECRETS[0], "").replace(SECRETS[1], "").replace(SECRETS[2], "")
+                    .replace(SECRETS[3], "").contains(g.as_str()) && !"[REDACTED:aws_access_key_id]".contains(g.as_str()))
+                .collect();
+            for s in [super::Strategy::Head, super::Strategy::Tail, super::Strategy::default(),
+                      super::Strategy::NumberedLines { first_line: 1 }] {
+                let p = preview_with(&Sample::whole(data.as_bytes()), cap, s, &Redaction::On).unwrap();
+                prop_assert!(p.text.len() <= cap, "{} > {cap}", p.text.len());
+                for g in &grams {
+                    prop_assert!(!p.text.contains(g.as_str()), "{s:?} shows {g:?}: {}", p.text);
+                }
+                prop_assert_eq!(p.redactions, Some(p.text.matches("[REDACTED:").count() as u64));
+                let end = p.shown.last().map_or(0, |r| r.offset + r.length);
+                prop_assert!(end as usize <= data.len());
+            }
+        }
+    }
+
+    #[test]
+    fn a_short_output_whose_marks_pass_the_cap_is_cut() {
+        let data = "password=a\n".repeat(100);
+        let p =
+            preview_with(&Sample::whole(data.as_bytes()), 1_500, super::Strategy::default(), &Redaction::On).unwrap();
+        assert!(p.truncated, "1,100 bytes, 2,900 when marked: over the cap");
+        assert!(p.text.len() <= 1_500);
+        let off = preview_with(&Sample::whole(data.as_bytes()), 1_500, super::Strategy::default(), &Redaction::Off);
+        assert!(!off.unwrap().truncated);
     }
 
     #[test]

@@ -664,3 +664,51 @@ async fn local_reads_and_greps_answer_like_the_server() {
         }
     }
 }
+
+/// Receipts mark secrets by default (the spill is exact); `--no-redact` shows them; readers
+/// mark with `--redact`, and a redacted receipt's hint says so.
+#[tokio::test]
+async fn exec_and_readers_redact_what_a_model_sees() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = Run::local(dir.path());
+    let script = "echo AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY; echo DB_PASSWORD=hunter2 >&2";
+    let v = r.json(&["exec", "--", "sh", "-c", script], None).await;
+    assert_eq!(v["stdout"]["result"], "AWS_SECRET_ACCESS_KEY=[REDACTED:aws_secret_access_key]\n");
+    assert_eq!(v["stderr"]["result"], "DB_PASSWORD=[REDACTED:password]\n");
+    assert_eq!((v["stdout"]["redactions"].as_u64(), v["stderr"]["redactions"].as_u64()), (Some(1), Some(1)));
+    let v = r.json(&["exec", "--no-redact", "--", "sh", "-c", script], None).await;
+    assert_eq!(v["stderr"]["result"], "DB_PASSWORD=hunter2\n");
+    assert!(v["stderr"].get("redactions").is_none());
+    // A long output: the preview is marked, the spill exact, the hint names the marked readers.
+    let long =
+        "for i in $(seq 1 20000); do echo \"line $i\"; done; echo 'token: ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789'";
+    let v = r.json(&["exec", "--", "sh", "-c", long], None).await;
+    let out = &v["stdout"];
+    assert!(
+        out["truncated"].as_bool().unwrap()
+            && out["result"].as_str().unwrap().ends_with("token: [REDACTED:github_token]\n")
+    );
+    assert!(out["hint"].as_str().unwrap().contains("spillway read --local"), "{}", out["hint"]);
+    assert!(out["hint"].as_str().unwrap().contains("--redact"), "{}", out["hint"]);
+    let saved = std::fs::read_to_string(out["file_path"].as_str().unwrap()).unwrap();
+    assert!(saved.ends_with("token: ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789\n"), "the spill is exact");
+    let d = out["digest"].as_str().unwrap();
+    let args = ["--local", ".outputs", "grep", d, "token"];
+    assert_eq!(r.json(&args, None).await["matches"][0]["text"], "token: ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789");
+    let args = ["--local", ".outputs", "grep", "--redact", d, "token"];
+    assert_eq!(r.json(&args, None).await["matches"][0]["text"], "token: [REDACTED:github_token]");
+    let page = r.json(&["--local", ".outputs", "read", "--redact", d, "--line", "20001"], None).await;
+    assert_eq!(
+        (page["content"].as_str(), page["redactions"].as_u64()),
+        (Some("token: [REDACTED:github_token]\n"), Some(1))
+    );
+    // The gate marks what it shows, and saves the exact text.
+    let turn = serde_json::to_vec(&vec![format!("DB_PASSWORD=hunter2 {}", "x".repeat(300_000))]).unwrap();
+    let v = r.json(&["gate"], Some(&turn)).await;
+    assert!(v[0]["result"].as_str().unwrap().starts_with("DB_PASSWORD=[REDACTED:password] xxx"), "{}", v[0]["result"]);
+    // An operator's own kinds, in gitleaks' format.
+    std::fs::write(dir.path().join("rules.toml"), "[[rules]]\nid = \"acme_key\"\nregex = '''acme_[a-z0-9]{16}'''\n")
+        .unwrap();
+    let v = r.json(&["--redact-rules", "rules.toml", "exec", "--", "echo", "key acme_0123456789abcdef"], None).await;
+    assert_eq!(v["stdout"]["result"], "key [REDACTED:acme_key]\n");
+}

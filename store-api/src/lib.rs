@@ -27,6 +27,8 @@ mod names;
 #[cfg(feature = "paging")]
 pub mod paging;
 mod receipt;
+#[cfg(feature = "redact")]
+pub mod redact;
 mod types;
 
 pub use digest::{AnyDigest, Digest, DigestError, Sha256Digest};

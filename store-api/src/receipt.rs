@@ -40,6 +40,10 @@ pub struct Receipt {
     /// platform can alert on (a refused token loses every spill of a worker).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub save_error: Option<SaveError>,
+    /// Secrets `result` shows as `[REDACTED:kind]` marks (0 when none); absent when the
+    /// preview was made with redaction off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redactions: Option<u64>,
 }
 
 /// Why a spill failed.

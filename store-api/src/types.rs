@@ -152,6 +152,9 @@ pub struct ReadPage {
     pub lossy: bool,
     /// The page's bytes as UTF-8, invalid sequences replaced (U+FFFD).
     pub content: String,
+    /// Marks in `content`, when the page was read with `redact=true` (or by a redacted token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redactions: Option<u64>,
 }
 
 /// One matching line.
@@ -193,6 +196,10 @@ pub struct GrepResponse {
     pub next_line: Option<u64>,
     /// True when the answer stopped at a cap (bytes or `max_matches`).
     pub capped: bool,
+    /// Marks in the answer's text, when it was searched with `redact=true` (or by a redacted
+    /// token): the pattern matched the redacted text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redactions: Option<u64>,
 }
 
 /// State of a stream.

@@ -20,6 +20,9 @@ pub struct Caller {
     /// The namespace its token belongs to: every lookup of the request is confined to it.
     pub namespace: Namespace,
     scopes: Vec<Scope>,
+    /// A redacted token: every read it makes shows secrets as marks, and it may not read raw
+    /// bytes (api.md v1.2).
+    pub redacted: bool,
 }
 
 impl Caller {
@@ -29,6 +32,21 @@ impl Caller {
             Ok(self)
         } else {
             Err(ApiError::Forbidden(scope.as_str()))
+        }
+    }
+
+    /// Whether a read is to be redacted: when asked, and always for a redacted token.
+    pub fn redacts(&self, asked: bool) -> bool {
+        asked || self.redacted
+    }
+
+    /// Fails with 403 for a redacted token, which reads redacted text only. Called after the
+    /// visibility check, so that what it cannot see is still a 404.
+    pub fn require_raw(&self) -> Result<&Self, ApiError> {
+        if self.redacted {
+            Err(ApiError::RedactedOnly)
+        } else {
+            Ok(self)
         }
     }
 }
@@ -58,10 +76,22 @@ pub fn new_token() -> String {
 
 /// Creates a token for `namespace` with `scopes` and returns it (the only time it is seen).
 pub async fn create_token(db: &crate::db::Db, namespace: &str, scopes: &[Scope], now: i64) -> anyhow::Result<String> {
+    create_token_with(db, namespace, scopes, false, now).await
+}
+
+/// Creates a token, `redacted` or not (`token create --redacted`), and returns it.
+pub async fn create_token_with(
+    db: &crate::db::Db,
+    namespace: &str,
+    scopes: &[Scope],
+    redacted: bool,
+    now: i64,
+) -> anyhow::Result<String> {
     let namespace = Namespace::new(namespace)?;
     anyhow::ensure!(!scopes.is_empty(), "a token needs at least one scope");
     let token = new_token();
-    db.insert_token(&hash_token(&token), &namespace, scopes, now).await?;
+    let grant = crate::db::TokenRow { namespace, scopes: scopes.to_vec(), redacted };
+    db.insert_token(&hash_token(&token), &grant, now).await?;
     Ok(token)
 }
 
@@ -83,8 +113,8 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiErro
         .and_then(bearer)
         .ok_or(ApiError::Unauthorized("malformed Authorization header: expected Bearer <token>"))?;
     let hash = hash_token(token);
-    if let Some((namespace, scopes)) = state.token_cache.get(&hash, state.config.token_cache_ttl) {
-        return Ok(Caller { namespace, scopes });
+    if let Some(grant) = state.token_cache.get(&hash, state.config.token_cache_ttl) {
+        return Ok(Caller { namespace: grant.namespace, scopes: grant.scopes, redacted: grant.redacted });
     }
     let row = state.db.find_token(&hash).await?.ok_or(ApiError::Unauthorized("unknown token"))?;
     // Marked used at most once per cache period per replica: no write per request.
@@ -94,9 +124,8 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiErro
             tracing::debug!(cause = %e, "could not record a token's last use");
         }
     });
-    let caller = Caller { namespace: row.namespace, scopes: row.scopes };
-    state.token_cache.put(hash, caller.namespace.clone(), caller.scopes.clone());
-    Ok(caller)
+    state.token_cache.put(hash, row.clone());
+    Ok(Caller { namespace: row.namespace, scopes: row.scopes, redacted: row.redacted })
 }
 
 impl FromRequestParts<AppState> for Caller {

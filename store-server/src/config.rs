@@ -64,6 +64,9 @@ pub struct Config {
     pub max_heavy_requests: usize,
     /// How long one grep or search request scans before it answers with where to go on.
     pub search_budget: Duration,
+    /// An operator's own kinds of secret, in gitleaks' TOML rule format, added to the built-in
+    /// ones for every redacted read (`--redact-rules`).
+    pub redact_rules: Option<PathBuf>,
 }
 
 impl Config {
@@ -96,6 +99,7 @@ impl Config {
             heavy_threads: std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
             max_heavy_requests: 16,
             search_budget: Duration::from_millis(1000),
+            redact_rules: None,
         }
     }
 

@@ -31,6 +31,12 @@ pub enum ApiError {
     /// The token lacks the scope.
     #[error("this token lacks the {0} scope")]
     Forbidden(&'static str),
+    /// A redacted token asked for raw bytes.
+    #[error(
+        "this token reads redacted text only: use the capped read API (/read, /grep), which redacts for it; \
+         exact bytes need an ordinary token"
+    )]
+    RedactedOnly,
     /// No such blob or stream in the caller's namespace.
     #[error("{0} not found in this namespace")]
     NotFound(String),
@@ -98,7 +104,7 @@ impl ApiError {
             Self::InvalidArgument(_) => ErrorCode::InvalidArgument,
             Self::DigestMismatch { .. } => ErrorCode::DigestMismatch,
             Self::Unauthorized(_) => ErrorCode::Unauthorized,
-            Self::Forbidden(_) => ErrorCode::Forbidden,
+            Self::Forbidden(_) | Self::RedactedOnly => ErrorCode::Forbidden,
             Self::NotFound(_) => ErrorCode::NotFound,
             Self::OffsetMismatch { .. } => ErrorCode::OffsetMismatch,
             Self::StreamClosed(_) => ErrorCode::StreamClosed,

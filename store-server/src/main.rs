@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use spillway_server::auth::{create_token, Scope};
+use spillway_server::auth::{create_token_with, Scope};
 use spillway_server::clock::{rfc3339, SystemClock};
 use spillway_server::Config;
 
@@ -111,6 +111,9 @@ struct ServeOpts {
     /// Milliseconds one grep or search request scans before it answers with where to go on.
     #[arg(long, env = "SPILLWAY_SEARCH_BUDGET_MS", default_value_t = 1000)]
     search_budget_ms: u64,
+    /// A gitleaks TOML rules file: more kinds of secret for redacted reads, beside the built-in ones.
+    #[arg(long, env = "SPILLWAY_REDACT_RULES")]
+    redact_rules: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -147,6 +150,10 @@ enum TokenCommand {
         /// read, write or admin; repeat for several.
         #[arg(long = "scope", required = true, value_parser = parse_scope)]
         scopes: Vec<Scope>,
+        /// A token for agent workers: every read through it shows secrets as marks, and raw
+        /// bytes (GET of a blob, Range) are refused.
+        #[arg(long)]
+        redacted: bool,
     },
 }
 
@@ -195,6 +202,7 @@ impl ServeOpts {
         }
         c.max_heavy_requests = self.max_heavy_requests.max(1);
         c.search_budget = Duration::from_millis(self.search_budget_ms.max(1));
+        c.redact_rules = self.redact_rules.clone();
     }
 }
 
@@ -261,8 +269,8 @@ async fn main() -> anyhow::Result<()> {
                 let _ = m.await;
             }
         }
-        Some(Command::Token { command: TokenCommand::Create { namespace, scopes } }) => {
-            let token = create_token(&state.db, &namespace, &scopes, state.now()).await?;
+        Some(Command::Token { command: TokenCommand::Create { namespace, scopes, redacted } }) => {
+            let token = create_token_with(&state.db, &namespace, &scopes, redacted, state.now()).await?;
             println!("{token}");
         }
         Some(Command::Token { command: TokenCommand::List }) => {
@@ -273,6 +281,7 @@ async fn main() -> anyhow::Result<()> {
                     "scopes": t.scopes,
                     "created_at": rfc3339(t.created_at),
                     "last_used_at": t.last_used_at.map(rfc3339),
+                    "redacted": t.redacted,
                 });
                 println!("{line}");
             }

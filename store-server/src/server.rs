@@ -35,7 +35,9 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
     };
     let cursors = crate::cursor::Cursors::new(&db.server_key("cursor").await?);
     let heavy = Arc::new(crate::heavy::Heavy::new(config.heavy_threads, config.max_heavy_requests)?);
+    let redactor = Arc::new(redactor(config.redact_rules.as_deref()).await?);
     Ok(AppState::new(crate::state::Shared {
+        redactor,
         text: crate::text::TextCache::new(config.text_cache_bytes).map(Arc::new),
         reserve: Arc::new(reserve),
         visibility,
@@ -51,6 +53,18 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
         cursors,
         escaped_pages: Default::default(),
     }))
+}
+
+/// The secrets detector: the built-in kinds, and an operator's rules file when there is one.
+async fn redactor(rules: Option<&std::path::Path>) -> anyhow::Result<spillway_api::redact::Detector> {
+    use anyhow::Context;
+    let text = match rules {
+        Some(path) => tokio::fs::read_to_string(path)
+            .await
+            .with_context(|| format!("cannot read the redaction rules {}", path.display()))?,
+        None => String::new(),
+    };
+    Ok(spillway_api::redact::Detector::with_rules(&text)?)
 }
 
 /// Everything this process writes from now on is readable by its own user alone: files

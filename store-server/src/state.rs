@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use spillway_api::{Digest, Namespace, Scope};
+use spillway_api::Digest;
 use tokio::sync::Notify;
 
 use crate::blobs::BlobStore;
@@ -61,6 +61,8 @@ pub struct Shared {
     pub cursors: crate::cursor::Cursors,
     /// Threads and limits for heavy scans (grep, search).
     pub heavy: Arc<crate::heavy::Heavy>,
+    /// Finds the secrets a redacted read shows as marks (built-in kinds and `--redact-rules`).
+    pub redactor: Arc<spillway_api::redact::Detector>,
 }
 
 /// Counts of the rare branches of the write path, per server.
@@ -89,8 +91,8 @@ impl AppState {
 /// Most tokens kept; the cache is emptied when it is full.
 const TOKEN_CACHE_MAX: usize = 10_000;
 
-/// A checked token: its namespace, its scopes, and when it was checked.
-type CheckedToken = (Namespace, Vec<Scope>, std::time::Instant);
+/// A checked token: what it grants, and when it was checked.
+type CheckedToken = (crate::db::TokenRow, std::time::Instant);
 
 /// Tokens recently found in the database, by hash.
 #[derive(Debug, Default)]
@@ -99,19 +101,19 @@ pub struct TokenCache {
 }
 
 impl TokenCache {
-    /// The namespace and scopes of a token checked less than `ttl` ago.
-    pub fn get(&self, hash: &str, ttl: std::time::Duration) -> Option<(Namespace, Vec<Scope>)> {
+    /// What a token checked less than `ttl` ago grants.
+    pub fn get(&self, hash: &str, ttl: std::time::Duration) -> Option<crate::db::TokenRow> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(hash).filter(|(_, _, at)| at.elapsed() < ttl).map(|(ns, scopes, _)| (ns.clone(), scopes.clone()))
+        map.get(hash).filter(|(_, at)| at.elapsed() < ttl).map(|(grant, _)| grant.clone())
     }
 
     /// Remembers a token just checked.
-    pub fn put(&self, hash: String, namespace: Namespace, scopes: Vec<Scope>) {
+    pub fn put(&self, hash: String, grant: crate::db::TokenRow) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if map.len() >= TOKEN_CACHE_MAX {
             map.clear();
         }
-        map.insert(hash, (namespace, scopes, std::time::Instant::now()));
+        map.insert(hash, (grant, std::time::Instant::now()));
     }
 }
 

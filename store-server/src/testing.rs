@@ -95,6 +95,11 @@ impl TestServer {
         create_token(&self.state.db, ns, scopes, 0).await.expect("token")
     }
 
+    /// A new redacted token (`token create --redacted`).
+    pub async fn redacted_token(&self, ns: &str, scopes: &[Scope]) -> String {
+        crate::auth::create_token_with(&self.state.db, ns, scopes, true, 0).await.expect("token")
+    }
+
     /// The local blob directory (meaningful on the local backend).
     pub fn blob_dir(&self) -> std::path::PathBuf {
         self.config().data_dir.join("blobs")

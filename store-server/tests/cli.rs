@@ -164,6 +164,31 @@ fn no_flags_in_an_empty_directory() {
     }
 }
 
+/// `token create --redacted` makes a token `token list` shows as redacted, which is refused raw
+/// bytes and reads marks.
+#[test]
+fn redacted_tokens_are_listed_and_read_marks_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = data.to_str().unwrap();
+    let server = start(dir.path(), &["--listen", "127.0.0.1:0", "--data-dir", d]);
+    let out = run(&["token", "create", "--namespace", "default", "--scope", "read", "--redacted"], &data);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let agent = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let list = String::from_utf8(run(&["token", "list"], &data).stdout).unwrap();
+    let rows: Vec<serde_json::Value> = list.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.iter().map(|r| r["redacted"].as_bool().unwrap()).collect::<Vec<_>>(), [false, true], "{list}");
+    let sre = std::fs::read_to_string(data.join("token")).unwrap();
+    let body = b"export GITHUB_TOKEN=ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789\n";
+    let (code, rec) = send(&server.addr, "POST", "/v1/blobs", sre.trim(), body);
+    assert_eq!(code, 201, "{rec}");
+    let digest = rec.split("\"digest\":\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+    let (code, body) = send(&server.addr, "GET", &format!("/v1/blobs/{digest}"), &agent, b"");
+    assert!(code == 403 && body.contains("redacted text only"), "{code} {body}");
+    let (code, body) = send(&server.addr, "GET", &format!("/v1/blobs/{digest}/read"), &agent, b"");
+    assert!(code == 200 && body.contains("[REDACTED:github_token]") && !body.contains("ghp_"), "{code} {body}");
+}
+
 /// A request with a body, by hand; answers the status line's code and the body.
 fn send(addr: &str, method: &str, path: &str, token: &str, body: &[u8]) -> (u16, String) {
     let head = format!(

@@ -146,3 +146,38 @@ async fn mcp_run_answers_within_the_three_second_rule_when_the_store_is_down() {
     assert!(msg.contains("connection refused"), "{msg}");
     client.cancel().await.unwrap();
 }
+
+/// `spillway mcp` always redacts: its receipts, and every read, grep and tail, whatever the
+/// token may read.
+#[tokio::test]
+async fn mcp_shows_secrets_as_marks_only() {
+    let srv = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let client = connect(&srv.url, &srv.token, dir.path()).await;
+    let secret = "ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789";
+    let cmd = format!("seq 1 30000; echo GITHUB_TOKEN={secret}");
+    let (text, v) = ok(&call(&client, "run", json!({ "command": cmd })).await);
+    assert!(!text.contains(secret) && text.contains("[REDACTED:github_token]"), "{text}");
+    assert_eq!(v["stdout"]["redactions"], 1);
+    let digest = v["stdout"]["digest"].as_str().unwrap().to_owned();
+    let (text, _) = ok(&call(&client, "read", json!({ "digest": digest, "line": 30001 })).await);
+    assert!(text.contains("GITHUB_TOKEN=[REDACTED:github_token]") && !text.contains(secret), "{text}");
+    let (text, _) = ok(&call(&client, "grep", json!({ "digest": digest, "pattern": "ghp_" })).await);
+    assert!(!text.contains(secret) && !text.contains("30001:"), "a probe finds nothing: {text}");
+    let (text, _) = ok(&call(&client, "grep", json!({ "digest": digest, "pattern": "GITHUB" })).await);
+    assert!(text.contains("30001: GITHUB_TOKEN=[REDACTED:github_token]"), "{text}");
+    let (_, v) = ok(&call(&client, "background", json!({ "command": format!("echo token={secret}") })).await);
+    let stream = v["stream"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (text, v) = ok(&call(&client, "tail", json!({ "stream": stream, "wait_ms": 1000 })).await);
+        assert!(!text.contains(secret), "{text}");
+        if text.contains("[REDACTED:") {
+            assert!(v["page"]["redactions"].as_u64() >= Some(1));
+            break;
+        }
+        assert!(Instant::now() < deadline, "the task's line never came: {text}");
+    }
+    client.cancel().await.unwrap();
+    srv.stop().await;
+}

@@ -3,6 +3,9 @@
 //! and the client's `--local` mode; sources only hand out byte ranges.
 
 pub mod lines;
+mod redacted;
+
+pub use redacted::{byte_page_redacted, line_page_redacted};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -397,6 +400,7 @@ impl Shown {
             capped: self.capped,
             lossy: self.lossy,
             content,
+            redactions: None,
         }
     }
 }
@@ -509,7 +513,7 @@ pub fn compile_pattern(pattern: &str, fixed: bool, ignore_case: bool) -> PageRes
 }
 
 /// What a grep call asks for.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct GrepRequest<'a> {
     /// The compiled pattern.
     pub regex: &'a Regex,
@@ -524,12 +528,15 @@ pub struct GrepRequest<'a> {
     /// When to stop scanning and answer with what was found and where to go on (`next_line`),
     /// however far the scan got: a heavy request's time budget.
     pub deadline: Option<std::time::Instant>,
+    /// Search the redacted text (secrets replaced by marks) instead of the stored bytes: the
+    /// pattern matches, and the answer shows, what a redacted read shows.
+    pub redact: Option<&'a crate::redact::Detector>,
 }
 
 impl<'a> GrepRequest<'a> {
     /// A search from line 1 with no context and no match limit.
     pub fn new(regex: &'a Regex) -> Self {
-        Self { regex, from_line: 1, max_matches: usize::MAX, before: 0, after: 0, deadline: None }
+        Self { regex, from_line: 1, max_matches: usize::MAX, before: 0, after: 0, deadline: None, redact: None }
     }
 }
 
@@ -686,10 +693,31 @@ async fn grep_walking<E: SourceError>(
     req: GrepRequest<'_>,
     walk: Walk,
 ) -> PageResult<GrepResponse, E> {
+    let mut resp = grep_windows(src, req, walk).await?;
+    if req.redact.is_some() {
+        resp.redactions = Some(marks_in(&resp));
+    }
+    Ok(resp)
+}
+
+/// The marks an answer shows, in its matches and their context.
+fn marks_in(resp: &GrepResponse) -> u64 {
+    let count = |t: &str| memchr::memmem::find_iter(t.as_bytes(), b"[REDACTED:").count() as u64;
+    resp.matches
+        .iter()
+        .map(|m| count(&m.text) + m.before.iter().chain(&m.after).map(|c| count(&c.text)).sum::<u64>())
+        .sum()
+}
+
+async fn grep_windows<E: SourceError>(
+    src: &dyn Source<Error = E>,
+    req: GrepRequest<'_>,
+    walk: Walk,
+) -> PageResult<GrepResponse, E> {
     let size = src.size();
     check_grep(&req, src.total_lines(), size)?;
     let mut out = GrepOut {
-        resp: GrepResponse { matches: Vec::new(), next_line: None, capped: false },
+        resp: GrepResponse { matches: Vec::new(), next_line: None, capped: false, redactions: None },
         text_bytes: 0,
         recent: Default::default(),
         owed_after: 0,
@@ -707,10 +735,23 @@ async fn grep_walking<E: SourceError>(
             out.stop_at(cur_line);
             return Ok(out.resp);
         }
-        let buf = read_checked(src, pos, size.min(pos + walk.window)).await?;
-        let at_eof = pos + buf.len() as u64 == size;
-        let usable = if at_eof { buf.len() } else { memchr::memrchr(b'\n', &buf).map_or(buf.len(), |i| i + 1) };
-        let hay = &buf[..usable];
+        let window_end = size.min(pos + walk.window);
+        // With redaction the window is read with the context its edges' secrets need.
+        let (buf, at) = match req.redact {
+            Some(_) => redacted::with_context(src, pos, window_end).await?,
+            None => (read_checked(src, pos, window_end).await?, 0),
+        };
+        let raw = &buf[at..at + (window_end - pos) as usize];
+        let at_eof = window_end == size;
+        let usable = if at_eof { raw.len() } else { memchr::memrchr(b'\n', raw).map_or(raw.len(), |i| i + 1) };
+        let marked;
+        let hay = match req.redact {
+            Some(detector) => {
+                marked = detector.redact_range(&buf, at, at + usable);
+                &marked.text[..]
+            }
+            None => &raw[..usable],
+        };
         if !out.pay_owed(hay, cur_line, finished) {
             return Ok(out.resp);
         }
@@ -720,7 +761,7 @@ async fn grep_walking<E: SourceError>(
             }
             cur_line += newlines(hay);
         } else {
-            let window = Window { hay, mid_line, at_eof, offset: pos, size };
+            let window = Window { hay, mid_line, at_eof };
             match scan_window(&req, &mut out, &window, &mut cur_line) {
                 Scanned::Capped => return Ok(out.resp),
                 Scanned::Finished => finished = true,
@@ -763,10 +804,6 @@ struct Window<'a> {
     mid_line: bool,
     /// It ends the source.
     at_eof: bool,
-    /// Where it starts in the source.
-    offset: u64,
-    /// The source's size.
-    size: u64,
 }
 
 /// How a window's scan ended.
@@ -816,7 +853,8 @@ fn scan_window(req: &GrepRequest<'_>, out: &mut GrepOut, w: &Window<'_>, cur_lin
         }
         out.owed_after = if w.at_eof { 0 } else { req.after - given };
         if out.resp.matches.len() >= req.max_matches {
-            let more = (w.offset + le as u64 + 1) < w.size;
+            // Positions in `hay` are the text's (redacted, maybe), not the source's.
+            let more = le + 1 < usable || !w.at_eof;
             out.resp.next_line = more.then_some(*cur_line + 1);
             out.resp.capped = more;
             *cur_line += newlines(&hay[counted..]);
@@ -1310,7 +1348,7 @@ mod tests {
     fn grep_oracle(text: &str, re: &Regex, from: u64, max: usize, before: usize, after: usize) -> GrepResponse {
         let lines: Vec<&str> = text.split_inclusive('\n').map(|l| l.strip_suffix('\n').unwrap_or(l)).collect();
         let ctx = |n: u64| ContextLine { line: n, text: lines[n as usize - 1].to_owned() };
-        let mut resp = GrepResponse { matches: Vec::new(), next_line: None, capped: false };
+        let mut resp = GrepResponse { matches: Vec::new(), next_line: None, capped: false, redactions: None };
         for n in from..=lines.len() as u64 {
             if !re.is_match(lines[n as usize - 1].as_bytes()) {
                 continue;
@@ -1378,7 +1416,7 @@ mod tests {
             let src = Mem::new_vec(text.clone().into_bytes());
             let re = compile_pattern(pattern, false, ignore_case).unwrap();
             let from = from.min(src.total_lines() + 1);
-            let req = GrepRequest { from_line: from, max_matches: max, before, after, regex: &re, deadline: None };
+            let req = GrepRequest { from_line: from, max_matches: max, before, after, regex: &re, deadline: None, redact: None };
             let got = block_on(grep_walking(&src, req, walk)).unwrap();
             prop_assert_eq!(got, grep_oracle(&text, &re, from, max, before, after));
         }

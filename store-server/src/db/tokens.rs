@@ -14,6 +14,8 @@ pub struct TokenRow {
     pub namespace: Namespace,
     /// Its scopes.
     pub scopes: Vec<Scope>,
+    /// Every read through it is redacted, and raw bytes are refused (api.md v1.2).
+    pub redacted: bool,
 }
 
 /// A token as `token list` shows it: never the token, nor its full hash.
@@ -29,6 +31,8 @@ pub struct TokenInfo {
     pub created_at: i64,
     /// Milliseconds since the epoch, to within the token cache's 30 seconds; null if never used.
     pub last_used_at: Option<i64>,
+    /// Whether it reads redacted text only.
+    pub redacted: bool,
 }
 
 /// A token's public id: a prefix of its hash, which says nothing about the token itself.
@@ -50,18 +54,22 @@ fn grant_of(r: &AnyRow) -> DbResult<(Namespace, Vec<Scope>)> {
 
 impl Db {
     /// Stores a token's hash.
-    pub async fn insert_token(&self, hash: &str, namespace: &Namespace, scopes: &[Scope], now: i64) -> DbResult<()> {
-        let names: Vec<&str> = scopes.iter().map(Scope::as_str).collect();
-        let (hash, namespace, scopes) = (hash.to_owned(), namespace.to_string(), names.join(" "));
+    pub async fn insert_token(&self, hash: &str, grant: &TokenRow, now: i64) -> DbResult<()> {
+        let names: Vec<&str> = grant.scopes.iter().map(Scope::as_str).collect();
+        let (hash, namespace, scopes) = (hash.to_owned(), grant.namespace.to_string(), names.join(" "));
+        let redacted = i64::from(grant.redacted);
         self.write(move |c| {
             Box::pin(async move {
-                sqlx::query("INSERT INTO tokens (hash, namespace, scopes, created_at) VALUES ($1, $2, $3, $4)")
-                    .bind(hash)
-                    .bind(namespace)
-                    .bind(scopes)
-                    .bind(now)
-                    .execute(c)
-                    .await?;
+                sqlx::query(
+                    "INSERT INTO tokens (hash, namespace, scopes, redacted, created_at) VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(hash)
+                .bind(namespace)
+                .bind(scopes)
+                .bind(redacted)
+                .bind(now)
+                .execute(c)
+                .await?;
                 Ok(())
             })
         })
@@ -70,11 +78,15 @@ impl Db {
 
     /// Looks a token up by its hash.
     pub async fn find_token(&self, hash: &str) -> DbResult<Option<TokenRow>> {
-        let row = sqlx::query("SELECT namespace, scopes FROM tokens WHERE hash = $1")
+        let row = sqlx::query("SELECT namespace, scopes, redacted FROM tokens WHERE hash = $1")
             .bind(hash)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|r| grant_of(&r).map(|(namespace, scopes)| TokenRow { namespace, scopes })).transpose()
+        row.map(|r| {
+            let (namespace, scopes) = grant_of(&r)?;
+            Ok(TokenRow { namespace, scopes, redacted: r.try_get::<i64, _>("redacted")? != 0 })
+        })
+        .transpose()
     }
 
     /// Records that a token was used now.
@@ -96,7 +108,7 @@ impl Db {
     /// Every token, oldest first, without its secret.
     pub async fn list_tokens(&self) -> DbResult<Vec<TokenInfo>> {
         let rows = sqlx::query(
-            "SELECT hash, namespace, scopes, created_at, last_used_at FROM tokens ORDER BY created_at, hash",
+            "SELECT hash, namespace, scopes, redacted, created_at, last_used_at FROM tokens ORDER BY created_at, hash",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -110,6 +122,7 @@ impl Db {
                     scopes,
                     created_at: r.try_get("created_at")?,
                     last_used_at: r.try_get("last_used_at")?,
+                    redacted: r.try_get::<i64, _>("redacted")? != 0,
                 })
             })
             .collect()

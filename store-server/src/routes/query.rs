@@ -4,6 +4,7 @@ use crate::store::PageAsk;
 use crate::streams::Position;
 use serde::Deserialize;
 use spillway_api::paging::{self as page, Source, SourceError};
+use spillway_api::redact::Detector;
 use spillway_api::{ReadPage, DEFAULT_PAGE_LINES, READ_CAP};
 
 use crate::error::{ApiError, ApiResult};
@@ -28,6 +29,9 @@ pub(crate) struct GrepQuery {
     before: Option<usize>,
     /// Context lines after each match (at most 100).
     after: Option<usize>,
+    /// Search the text with secrets replaced by marks, and show it so (always, for a redacted token).
+    #[serde(default)]
+    redact: bool,
 }
 
 impl GrepQuery {
@@ -36,12 +40,18 @@ impl GrepQuery {
         Ok(page::compile_pattern(&self.pattern, self.fixed, self.ignore_case)?)
     }
 
-    /// The search this query asks for.
-    /// The search this query asks for, scanning until `deadline`.
+    /// Whether the query asks for redaction (a redacted token gets it either way).
+    pub(crate) fn redact(&self) -> bool {
+        self.redact
+    }
+
+    /// The search this query asks for, scanning until `deadline`, over the redacted text when
+    /// `redact` is given.
     pub(crate) fn request<'a>(
         &self,
         regex: &'a regex::bytes::Regex,
         deadline: Option<std::time::Instant>,
+        redact: Option<&'a Detector>,
     ) -> page::GrepRequest<'a> {
         page::GrepRequest {
             regex,
@@ -50,6 +60,7 @@ impl GrepQuery {
             before: self.before.unwrap_or(0),
             after: self.after.unwrap_or(0),
             deadline,
+            redact,
         }
     }
 }
@@ -68,6 +79,9 @@ pub(crate) struct ReadQuery {
     lines: Option<u64>,
     /// Streams only: long-poll this many milliseconds (≤ 30000) for data.
     wait_ms: Option<u64>,
+    /// Show secrets as marks (`redactions` counts them); always, for a redacted token.
+    #[serde(default)]
+    redact: bool,
 }
 
 impl ReadQuery {
@@ -92,6 +106,11 @@ impl ReadQuery {
         self.wait_ms
     }
 
+    /// Whether the query asks for redaction (a redacted token gets it either way).
+    pub(crate) fn redact(&self) -> bool {
+        self.redact
+    }
+
     /// Checks what does not depend on the source, before any waiting.
     pub(crate) fn check(&self) -> ApiResult<()> {
         if self.offset.or(self.limit).is_some() && self.line.or(self.lines).is_some() {
@@ -104,15 +123,20 @@ impl ReadQuery {
     }
 }
 
-/// Runs a read over any source.
-pub(crate) async fn page_of<E>(src: &dyn Source<Error = E>, q: &ReadQuery) -> ApiResult<ReadPage>
+/// Runs a read over any source, with secrets shown as marks when `redact` is given.
+pub(crate) async fn page_of<E>(
+    src: &dyn Source<Error = E>,
+    q: &ReadQuery,
+    redact: Option<&Detector>,
+) -> ApiResult<ReadPage>
 where
     E: SourceError + Into<ApiError>,
 {
-    let page = match (q.offset.or(q.limit.map(|_| 0)), q.line.or(q.lines.map(|_| 1))) {
-        (Some(_), Some(_)) => return Err(ApiError::InvalidArgument("use offset/limit or line/lines, not both".into())),
-        (_, Some(line)) => page::line_page(src, line, q.lines.unwrap_or(DEFAULT_PAGE_LINES)).await?,
-        (offset, None) => page::byte_page(src, offset.unwrap_or(0), q.limit.unwrap_or(READ_CAP as u64)).await?,
+    let page = match (q.page(), redact) {
+        (PageAsk::Lines { line, lines }, None) => page::line_page(src, line, lines).await?,
+        (PageAsk::Lines { line, lines }, Some(d)) => page::line_page_redacted(src, line, lines, d).await?,
+        (PageAsk::Bytes { offset, limit }, None) => page::byte_page(src, offset, limit).await?,
+        (PageAsk::Bytes { offset, limit }, Some(d)) => page::byte_page_redacted(src, offset, limit, d).await?,
     };
     count_page(&page);
     Ok(page)

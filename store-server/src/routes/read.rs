@@ -28,6 +28,11 @@ pub(super) async fn read_blob(
     q.check()?;
     // wait_ms is accepted and has nothing to wait for: a blob is complete.
     let row = visible(&state, &caller.namespace, &d).await?;
+    let redact = caller.redacts(q.redact()).then_some(&*state.redactor);
+    if redact.is_some() {
+        let src = BlobSource::new(&state, &row)?;
+        return Ok(PageJson(page_of(&src, &q, redact).await?).into_response());
+    }
     if let Some(page) = escaped_page(&state, &row, q.page()).await? {
         count_page(&page.page);
         metrics::counter!("spillway_read_escaped_pages_total").increment(1);
@@ -35,7 +40,7 @@ pub(super) async fn read_blob(
         return Ok(EscapedJson(page).into_response());
     }
     let src = BlobSource::new(&state, &row)?;
-    Ok(PageJson(page_of(&src, &q).await?).into_response())
+    Ok(PageJson(page_of(&src, &q, None).await?).into_response())
 }
 
 /// `GET /v1/blobs/{digest}/grep`: matching lines, capped and resumable. The scan runs on the
@@ -54,12 +59,13 @@ pub(super) async fn grep_blob(
     let row = visible(&state, &caller.namespace, &d).await?;
     let src = BlobSource::new(&state, &row)?;
     let budget = state.config.search_budget;
+    let redact = caller.redacts(q.redact()).then(|| state.redactor.clone());
     // The answer is made into JSON on the heavy pool too: a page of matches can be 100 KB.
     let body = state
         .heavy
         .run(async move {
             let deadline = std::time::Instant::now() + budget;
-            let found = page::grep(&src, q.request(&regex, Some(deadline))).await?;
+            let found = page::grep(&src, q.request(&regex, Some(deadline), redact.as_deref())).await?;
             serde_json::to_vec(&found).map_err(ApiError::internal)
         })
         .await?;

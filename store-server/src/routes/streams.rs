@@ -158,9 +158,10 @@ pub(super) async fn read_stream(
         return Err(ApiError::InvalidArgument(format!("wait_ms must be at most {MAX_WAIT_MS}")));
     }
     let row = streams::wait_for(&state, &caller.namespace, &id, q.wants_after(), Duration::from_millis(wait)).await?;
+    let redact = caller.redacts(q.redact()).then(|| state.redactor.clone());
     let (mut page, sealed) = streams::read_content(&state, &caller.namespace, row, |src| {
-        let q = q.clone();
-        Box::pin(async move { page_of(src, &q).await })
+        let (q, redact) = (q.clone(), redact.clone());
+        Box::pin(async move { page_of(src, &q, redact.as_deref()).await })
     })
     .await?;
     if let Some(digest) = sealed {
@@ -184,13 +185,16 @@ pub(super) async fn grep_stream(
     let regex = q.compile()?;
     let row = streams::find(&state, &caller.namespace, &id).await?;
     let (st, ns, budget) = (state.clone(), caller.namespace.clone(), state.config.search_budget);
+    let redact = caller.redacts(q.redact()).then(|| state.redactor.clone());
     let body = state
         .heavy
         .run(async move {
             let deadline = std::time::Instant::now() + budget;
             let (found, _) = streams::read_content(&st, &ns, row, |src| {
-                let (q, regex) = (q.clone(), regex.clone());
-                Box::pin(async move { Ok(paging::grep(src, q.request(&regex, Some(deadline))).await?) })
+                let (q, regex, redact) = (q.clone(), regex.clone(), redact.clone());
+                Box::pin(
+                    async move { Ok(paging::grep(src, q.request(&regex, Some(deadline), redact.as_deref())).await?) },
+                )
             })
             .await?;
             serde_json::to_vec(&found).map_err(ApiError::internal)

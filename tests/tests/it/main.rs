@@ -10,6 +10,7 @@ mod http;
 mod ops;
 mod races;
 mod read;
+mod redact;
 mod replicas;
 mod retention;
 mod streams;

@@ -131,7 +131,12 @@ async fn a_failing_write_spoils_only_itself() {
     let writes = hashes.iter().map(|h| {
         let db = srv.state.db.clone();
         let h = h.clone();
-        async move { db.insert_token(&h, &"ns-x".parse().unwrap(), &[spillway_api::Scope::Read], 0).await.is_ok() }
+        let grant = spillway_server::db::TokenRow {
+            namespace: "ns-x".parse().unwrap(),
+            scopes: vec![spillway_api::Scope::Read],
+            redacted: false,
+        };
+        async move { db.insert_token(&h, &grant, 0).await.is_ok() }
     });
     let results = futures::future::join_all(writes).await;
     let same_ok = results.iter().zip(&hashes).filter(|(ok, h)| **ok && h.as_str() == "same").count();

@@ -1,0 +1,227 @@
+//! Pages with their secrets shown as marks (api.md v1.2, Redaction): the page is cut from the
+//! stored bytes as any page is, so offsets, lines and cursors are the stored bytes' own; its
+//! text is then the redacted text of the same range, found with [`MAX_SECRET`] bytes of the
+//! source read on either side, so that a secret cut by the page's edge is found in full and
+//! marked on both sides of it. Marks can be longer than what they hide: when the redacted text
+//! passes the 100,000-byte cap, the page covers fewer stored bytes (whole lines, for a line
+//! page, when one fits) and says `capped`.
+
+use super::{newlines, read_checked, to_content, PageResult, Shown, Source, SourceError};
+use crate::redact::{Detector, Redacted, MAX_SECRET};
+use crate::ReadPage;
+
+/// A byte page (as [`super::byte_page`] cuts it) with its secrets marked.
+pub async fn byte_page_redacted<E: SourceError>(
+    src: &dyn Source<Error = E>,
+    offset: u64,
+    limit: u64,
+    detector: &Detector,
+) -> PageResult<ReadPage, E> {
+    let page = super::byte_page(src, offset, limit).await?;
+    redact_page(src, page, detector, false).await
+}
+
+/// A line page (as [`super::line_page`] cuts it) with its secrets marked.
+pub async fn line_page_redacted<E: SourceError>(
+    src: &dyn Source<Error = E>,
+    line: u64,
+    lines: u64,
+    detector: &Detector,
+) -> PageResult<ReadPage, E> {
+    let page = super::line_page(src, line, lines).await?;
+    redact_page(src, page, detector, true).await
+}
+
+/// The bytes `[start, end)` of `src` with [`MAX_SECRET`] bytes around them (as far as the
+/// source goes), and where the range starts in them.
+pub(super) async fn with_context<E: SourceError>(
+    src: &dyn Source<Error = E>,
+    start: u64,
+    end: u64,
+) -> PageResult<(bytes::Bytes, usize), E> {
+    let lo = start.saturating_sub(MAX_SECRET as u64);
+    let hi = src.size().min(end.saturating_add(MAX_SECRET as u64));
+    Ok((read_checked(src, lo, hi).await?, (start - lo) as usize))
+}
+
+async fn redact_page<E: SourceError>(
+    src: &dyn Source<Error = E>,
+    page: ReadPage,
+    detector: &Detector,
+    whole_lines: bool,
+) -> PageResult<ReadPage, E> {
+    let (buf, from) = with_context(src, page.offset, page.offset + page.length).await?;
+    let spans = detector.find(&buf);
+    let mut end = from + page.length as usize;
+    let mut capped = page.capped;
+    loop {
+        let red = Redacted::of(&buf, from, end, &spans);
+        let content = to_content(&red.text);
+        if !content.cut {
+            let raw = &buf[from..end];
+            let shown = Shown {
+                size: src.size(),
+                total_lines: src.total_lines(),
+                offset: page.offset,
+                used: raw.len() as u64,
+                start_line: page.start_line,
+                newlines: newlines(raw),
+                ends_line: raw.last() == Some(&b'\n'),
+                lossy: content.lossy,
+                capped,
+            };
+            let mut out = shown.page(page.digest, content.text);
+            out.redactions = Some(red.marks() as u64);
+            return Ok(out);
+        }
+        // Marks made the text pass the cap: end where the cap fell (before a mark it fell in),
+        // at the last whole line for a line page when there is one.
+        let mut cut = from + red.raw_at(content.used);
+        if whole_lines {
+            if let Some(nl) = memchr::memrchr(b'\n', &buf[from..cut]) {
+                cut = from + nl + 1;
+            }
+        }
+        end = cut.max(from + 1).min(end - 1).max(from + 1);
+        capped = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paging::{byte_page, compile_pattern, grep, line_page, GrepRequest, MemorySource};
+    use crate::redact::samples::{leak as leaks, secret_pieces, text as samples_text, SAMPLES};
+    use crate::READ_CAP;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    }
+
+    fn secret_grams() -> Vec<String> {
+        let pieces = secret_pieces();
+        assert!(pieces.len() > 500, "the check has pieces to look for");
+        pieces
+    }
+
+    #[test]
+    fn pages_of_every_size_at_every_offset_show_no_piece_of_a_secret() {
+        let d = Detector::builtin();
+        let text = samples_text();
+        let src = MemorySource::new(text.clone().into());
+        let grams = secret_grams();
+        block_on(async {
+            for limit in 1..=64u64 {
+                for start in 0..limit.min(5) {
+                    let mut at = start;
+                    while at < text.len() as u64 {
+                        let p = byte_page_redacted(&src, at, limit, d).await.unwrap();
+                        if let Some(g) = leaks(&p.content, &grams) {
+                            panic!("limit {limit}, offset {at}: {:?} shows {g:?}", p.content);
+                        }
+                        at = p.next_offset.unwrap_or(text.len() as u64);
+                    }
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn line_pages_show_marks_and_keep_the_stored_cursors() {
+        let d = Detector::builtin();
+        let text = samples_text();
+        let src = MemorySource::new(text.clone().into());
+        block_on(async {
+            for lines in [1, 2, 3, 7, 2000] {
+                let mut line = 1;
+                let mut all = String::new();
+                loop {
+                    let plain = line_page(&src, line, lines).await.unwrap();
+                    let p = line_page_redacted(&src, line, lines, d).await.unwrap();
+                    assert_eq!(
+                        (p.offset, p.length, p.next_line, p.start_line, p.end_line),
+                        (plain.offset, plain.length, plain.next_line, plain.start_line, plain.end_line)
+                    );
+                    assert_eq!(p.content.matches('\n').count(), plain.content.matches('\n').count());
+                    all.push_str(&p.content);
+                    match p.next_line {
+                        Some(n) => line = n,
+                        None => break,
+                    }
+                }
+                // A PEM block's lines, read one page each, each show a mark.
+                assert!(all.matches("[REDACTED:").count() >= SAMPLES.len(), "{lines} lines a page");
+                assert!(leaks(&all, &secret_grams()).is_none());
+            }
+        });
+    }
+
+    #[test]
+    fn text_without_secrets_reads_as_the_plain_page() {
+        let d = Detector::builtin();
+        let text: String = (0..5000).map(|i| format!("line {i} blake3:{:064x} ok\n", i * 7919)).collect();
+        let src = MemorySource::new(text.into());
+        block_on(async {
+            for (offset, limit) in [(0, 100_000), (12_345, 1000), (300_000, 7)] {
+                let mut p = byte_page_redacted(&src, offset, limit, d).await.unwrap();
+                assert_eq!(p.redactions.take(), Some(0));
+                assert_eq!(p, byte_page(&src, offset, limit).await.unwrap());
+            }
+        });
+    }
+
+    #[test]
+    fn marks_longer_than_their_secrets_shorten_the_page_to_the_cap() {
+        let d = Detector::builtin();
+        let text = "password=a\n".repeat(30_000);
+        let src = MemorySource::new(text.clone().into());
+        block_on(async {
+            for by_lines in [false, true] {
+                let (mut offset, mut line, mut covered, mut marks) = (0u64, 1u64, 0u64, 0u64);
+                loop {
+                    let p = if by_lines {
+                        line_page_redacted(&src, line, 100_000, d).await.unwrap()
+                    } else {
+                        byte_page_redacted(&src, offset, 100_000, d).await.unwrap()
+                    };
+                    assert!(p.content.len() <= READ_CAP, "{} bytes of text", p.content.len());
+                    assert_eq!(p.offset, covered, "pages follow each other");
+                    let whole = p.content.matches("[REDACTED:password]").count();
+                    assert_eq!(p.content.matches("[REDACTED").count(), whole, "whole marks only");
+                    assert_eq!(p.redactions, Some(whole as u64));
+                    covered += p.length;
+                    marks += p.redactions.unwrap();
+                    if p.eof {
+                        break;
+                    }
+                    assert!(p.capped);
+                    (offset, line) = (p.next_offset.unwrap(), p.next_line.unwrap_or(0));
+                    assert!(!by_lines || p.next_line.is_some(), "line pages stay whole");
+                }
+                assert_eq!((covered, marks), (text.len() as u64, 30_000));
+            }
+        });
+    }
+
+    #[test]
+    fn grep_matches_the_redacted_text_so_no_pattern_probes_a_secret() {
+        let d = Detector::builtin();
+        let src = MemorySource::new(samples_text().into());
+        block_on(async {
+            let probe = compile_pattern("AKIA[A-Z0-9]{3}", false, false).unwrap();
+            let found = grep(&src, GrepRequest { redact: Some(d), ..GrepRequest::new(&probe) }).await.unwrap();
+            assert!(found.matches.is_empty(), "{found:?}");
+            assert_eq!(found.redactions, Some(0));
+            let plain = grep(&src, GrepRequest::new(&probe)).await.unwrap();
+            assert_eq!(plain.matches.len(), 1, "the stored bytes hold it");
+            let marks = compile_pattern("[REDACTED:", true, false).unwrap();
+            let req = GrepRequest { redact: Some(d), before: 1, ..GrepRequest::new(&marks) };
+            let found = grep(&src, req).await.unwrap();
+            let private_key_lines = 3; // a PEM block's lines after its first show no mark
+            assert_eq!(found.matches.len(), SAMPLES.len());
+            assert!(found.redactions.unwrap() >= SAMPLES.len() as u64 - private_key_lines);
+            let shown: String = found.matches.iter().map(|m| m.text.clone()).collect();
+            assert!(leaks(&shown, &secret_grams()).is_none(), "{shown}");
+        });
+    }
+}
