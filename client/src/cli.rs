@@ -16,7 +16,7 @@ use spillway_api::redact::Detector;
 use crate::error::{ClientError, Result};
 use crate::reader::Reader;
 use crate::spill::{LocalDir, RemoteStore, SpillTarget};
-use crate::store::{GrepRequest, ReadRequest, StoreClient, UploadOptions};
+use crate::store::{GrepRequest, ReadRequest, SearchRequest, StoreClient, UploadOptions};
 use crate::truncate::Redaction;
 use crate::{background, capture, gate, transfer};
 
@@ -40,6 +40,27 @@ pub struct Cli {
     redact_rules: Option<PathBuf>,
     #[command(subcommand)]
     command: Cmd,
+}
+
+/// Context lines around each match, as grep takes them.
+#[derive(Args, Debug, Default, Clone)]
+pub(crate) struct ContextArgs {
+    /// Lines of context after each match.
+    #[arg(short = 'A', long, value_name = "N")]
+    after: Option<u32>,
+    /// Lines of context before each match.
+    #[arg(short = 'B', long, value_name = "N")]
+    before: Option<u32>,
+    /// Lines of context before and after each match.
+    #[arg(short = 'C', long, value_name = "N")]
+    context: Option<u32>,
+}
+
+impl ContextArgs {
+    /// Lines before and after: `-B`/`-A`, else `-C`.
+    fn lines(&self) -> (Option<u32>, Option<u32>) {
+        (self.before.or(self.context), self.after.or(self.context))
+    }
 }
 
 /// `--redact` of the readers.
@@ -163,17 +184,45 @@ enum Cmd {
         /// Most matches [default: as many as fit 100,000 bytes].
         #[arg(long)]
         max_matches: Option<usize>,
-        /// Lines of context after each match.
-        #[arg(short = 'A', long, value_name = "N")]
-        after: Option<u32>,
-        /// Lines of context before each match.
-        #[arg(short = 'B', long, value_name = "N")]
-        before: Option<u32>,
-        /// Lines of context before and after each match.
-        #[arg(short = 'C', long, value_name = "N")]
-        context: Option<u32>,
+        #[command(flatten)]
+        context: ContextArgs,
         #[command(flatten)]
         local: LocalArg,
+        #[command(flatten)]
+        redaction: RedactArg,
+    },
+    /// Matching lines across this namespace's outputs, newest output first, as JSON.
+    #[command(after_help = "Example:\n  spillway search 'OOMKilled' --label session=s-42 --since 24h -C 2\n\n\
+        Prints one answer (follow its next_cursor with --cursor), or with --all every match, one JSON line each.")]
+    Search {
+        /// Rust regex syntax.
+        pattern: String,
+        /// Only outputs with this label, repeatable (all must match).
+        #[arg(long = "label", value_parser = parse_label, value_name = "KEY=VALUE")]
+        labels: Vec<(String, String)>,
+        /// Case-insensitive.
+        #[arg(short = 'i', long)]
+        ignore_case: bool,
+        /// Literal pattern.
+        #[arg(short = 'F', long)]
+        fixed: bool,
+        /// Only outputs stored since: Unix seconds, RFC 3339, or a duration back (90m, 24h, 7d).
+        #[arg(long, value_name = "T")]
+        since: Option<String>,
+        /// Only outputs stored until (the same forms as --since).
+        #[arg(long, value_name = "T")]
+        until: Option<String>,
+        #[command(flatten)]
+        context: ContextArgs,
+        /// Most matches per answer [default: the server's, 100].
+        #[arg(long)]
+        max_matches: Option<usize>,
+        /// The next_cursor of the previous answer.
+        #[arg(long)]
+        cursor: Option<String>,
+        /// Follow the cursor to the end; print one match per line (JSON).
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         redaction: RedactArg,
     },
@@ -462,29 +511,46 @@ async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
             };
             print_json(&conn.reader_for(redaction.redact)?.read(&parse_digest(digest)?, req).await?)?;
         }
-        Cmd::Grep {
-            digest,
-            pattern,
-            ignore_case,
-            fixed,
-            from_line,
-            max_matches,
-            after,
-            before,
-            context,
-            redaction,
-            ..
-        } => {
+        Cmd::Grep { digest, pattern, ignore_case, fixed, from_line, max_matches, context, redaction, .. } => {
+            let (before, after) = context.lines();
             let g = GrepRequest {
                 pattern: pattern.clone(),
                 ignore_case: *ignore_case,
                 fixed: *fixed,
                 from_line: *from_line,
                 max_matches: *max_matches,
-                before: before.or(*context),
-                after: after.or(*context),
+                before,
+                after,
             };
             print_json(&conn.reader_for(redaction.redact)?.grep(&parse_digest(digest)?, &g).await?)?;
+        }
+        Cmd::Search {
+            pattern,
+            labels,
+            ignore_case,
+            fixed,
+            since,
+            until,
+            context,
+            max_matches,
+            cursor,
+            all,
+            redaction,
+        } => {
+            let (before, after) = context.lines();
+            let s = SearchRequest {
+                pattern: pattern.clone(),
+                labels: labels.clone(),
+                ignore_case: *ignore_case,
+                fixed: *fixed,
+                since: since.clone(),
+                until: until.clone(),
+                before,
+                after,
+                max_matches: *max_matches,
+                cursor: cursor.clone(),
+            };
+            search(&conn.store()?.redacting(redaction.redact), s, *all).await?;
         }
         Cmd::Stat { digest } => print_json(&conn.store()?.stat(parse_digest(digest)?).await?)?,
         Cmd::Pin { digest, until, reason } => {
@@ -582,6 +648,23 @@ async fn gate_turn(conn: &Conn, budget: usize, keep: usize, redaction: Redaction
     g.keep = keep;
     g.redaction = redaction;
     print_json(&g.apply(results).await)
+}
+
+/// One answer of a search, or (`all`) every match of every answer, one JSON line each.
+async fn search(store: &StoreClient, mut s: SearchRequest, all: bool) -> Result<()> {
+    loop {
+        let found = store.search(&s).await?;
+        if !all {
+            return print_json(&found);
+        }
+        for m in &found.matches {
+            print_json(m)?;
+        }
+        match found.next_cursor {
+            Some(c) => s.cursor = Some(c),
+            None => return Ok(()),
+        }
+    }
 }
 
 async fn bg(conn: &Conn, max_bytes: Option<u64>, timeout: Option<f64>, refs: &RefArgs, cmd: &[String]) -> Result<()> {

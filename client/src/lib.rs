@@ -65,7 +65,7 @@ pub mod truncate;
 
 pub use error::{ClientError, Result};
 pub use spillway_api::Receipt;
-pub use store::{GrepRequest, ReadRequest, StoreClient, UploadOptions};
+pub use store::{GrepRequest, ReadRequest, SearchRequest, StoreClient, UploadOptions};
 
 /// Cases of a property test: `n`, or `PROPTEST_CASES` when set (`scripts/mutants` runs fewer).
 #[cfg(test)]

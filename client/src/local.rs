@@ -136,6 +136,7 @@ pub async fn grep(src: &LocalSource, g: &crate::store::GrepRequest, redact: Opti
         after: g.after.unwrap_or(0) as usize,
         deadline: None,
         redact,
+        max_text: READ_CAP,
     };
     paging::grep(src, req).await.map_err(page_err)
 }

@@ -75,6 +75,24 @@ struct GrepArgs {
     max_matches: Option<usize>,
 }
 
+/// Arguments of `search`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SearchArgs {
+    /// Rust regex syntax (no look-around, no backreferences), or a literal with `fixed`.
+    pattern: String,
+    /// Only outputs whose labels have these values, e.g. {"session": "s-42", "tool": "exec"}.
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    /// Only outputs saved since: a duration back from now (`90m`, `24h`, `7d`), Unix seconds or RFC 3339.
+    since: Option<String>,
+    /// Match case-insensitively.
+    ignore_case: Option<bool>,
+    /// Treat the pattern as a literal string.
+    fixed: Option<bool>,
+    /// Continue a previous search: the cursor its last line gave.
+    cursor: Option<String>,
+}
+
 /// Arguments of `background`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -116,6 +134,12 @@ const GREP_DESCRIPTION: &str = "Search a saved output for a regular expression a
 `LINE: text`, at most 100,000 bytes per call. Ask for few matches (`max_matches` 20 to 50); the answer says \
 which `from_line` resumes the search. Then `read` around a match with `line`.";
 
+const SEARCH_DESCRIPTION: &str = "Search every saved output of this store (all earlier runs, not one \
+digest) for a regular expression: answers `blake3:…:LINE: text` rows under a heading per output (its digest and \
+labels), newest output first, at most 100,000 bytes per call, then a line saying how to continue (a `cursor`). \
+Narrow it first: pass `labels` (e.g. the session or the tool) and `since` (`24h`), and a specific pattern. Then \
+`read` around a match with the output's digest and `line`.";
+
 const BACKGROUND_DESCRIPTION: &str = "Start a long-running shell command (sh -c) in the background and return \
 at once with its stream id. Its whole output (stdout and stderr together) is saved as it is produced and the \
 task is stopped if it passes 50 MB. Follow it with `tail`; once it has ended, `read` and `grep` take the \
@@ -134,6 +158,7 @@ fn tools() -> Vec<Tool> {
         Tool::new("run", RUN_DESCRIPTION, schema::<RunArgs>()),
         Tool::new("read", READ_DESCRIPTION, schema::<ReadArgs>()),
         Tool::new("grep", GREP_DESCRIPTION, schema::<GrepArgs>()),
+        Tool::new("search", SEARCH_DESCRIPTION, schema::<SearchArgs>()),
         Tool::new("background", BACKGROUND_DESCRIPTION, schema::<BackgroundArgs>()),
         Tool::new("tail", TAIL_DESCRIPTION, schema::<TailArgs>()),
     ]
@@ -192,9 +217,10 @@ impl SpillwayTools {
             "grep" => self.grep(args(req)?).await,
             "background" => self.background(args(req)?).await,
             "tail" => self.tail(args(req)?).await,
-            other => {
-                Err(ClientError::Other(format!("no tool named {other:?}: use run, read, grep, background or tail")))
-            }
+            "search" => self.search(args(req)?).await,
+            other => Err(ClientError::Other(format!(
+                "no tool named {other:?}: use run, read, grep, search, background or tail"
+            ))),
         }
     }
 
@@ -244,6 +270,21 @@ impl SpillwayTools {
         };
         let found = self.reader()?.grep(&d, &g).await?;
         Ok(Answer { text: grep_text(&found), json: to_json(&found) })
+    }
+
+    async fn search(&self, a: SearchArgs) -> Result<Answer> {
+        let s = crate::store::SearchRequest {
+            pattern: a.pattern,
+            labels: a.labels.unwrap_or_default().into_iter().collect(),
+            ignore_case: a.ignore_case.unwrap_or(false),
+            fixed: a.fixed.unwrap_or(false),
+            since: a.since,
+            max_matches: Some(50),
+            cursor: a.cursor,
+            ..Default::default()
+        };
+        let found = self.store()?.search(&s).await?;
+        Ok(Answer { text: search_text(&found), json: to_json(&found) })
     }
 
     async fn background(&self, a: BackgroundArgs) -> Result<Answer> {
@@ -375,6 +416,32 @@ fn grep_text(found: &GrepResponse) -> String {
         Some(line) => format!("[{n} matches shown; resume with from_line={line}]"),
         None if n == 0 => "[no matches]".to_owned(),
         None => format!("[{n} matches; searched to the end]"),
+    });
+    text
+}
+
+/// A search's answer as a model reads it: a heading per output, its rows, where to go on.
+fn search_text(found: &spillway_api::SearchResponse) -> String {
+    let mut text = String::new();
+    let mut last: Option<&str> = None;
+    for m in &found.matches {
+        if last != Some(m.digest.as_str()) {
+            let labels: Vec<String> = (&m.labels).into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+            text.push_str(&format!("{} ({})\n", m.digest, labels.join(", ")));
+            last = Some(&m.digest);
+        }
+        let f = &m.found;
+        text.push_str(&format!("{}:{}: {}{}\n", m.digest, f.line, f.text, if f.shortened { " […]" } else { "" }));
+    }
+    let n = found.matches.len();
+    text.push_str(&match &found.next_cursor {
+        Some(c) => format!(
+            "[{n} matches shown, {} outputs searched in this call; more to search: call search again with cursor=\"{c}\" \
+             and the same pattern and filters, or narrow them]",
+            found.outputs_scanned
+        ),
+        None if n == 0 => "[no matches in any output]".to_owned(),
+        None => format!("[{n} matches; every output was searched]"),
     });
     text
 }

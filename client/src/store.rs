@@ -6,7 +6,7 @@ use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use spillway_api::{
     AnyDigest, AppendResponse, BlobRecord, Digest, ErrorBody, ErrorCode, GrepResponse, PinRequest, ReadPage, RefList,
-    SealRequest, StreamCreated, StreamInfo,
+    SealRequest, SearchResponse, StreamCreated, StreamInfo,
 };
 
 use crate::error::{ClientError, Result};
@@ -109,6 +109,52 @@ impl GrepRequest {
         q.extend(self.max_matches.map(|n| ("max_matches", n.to_string())));
         q.extend(self.before.map(|n| ("before", n.to_string())));
         q.extend(self.after.map(|n| ("after", n.to_string())));
+        q
+    }
+}
+
+/// A search across this namespace's outputs (`GET /v1/search`).
+#[derive(Debug, Clone, Default)]
+pub struct SearchRequest {
+    /// Rust regex syntax (or a literal with `fixed`).
+    pub pattern: String,
+    /// Only outputs with all these labels.
+    pub labels: Vec<(String, String)>,
+    /// Case-insensitive.
+    pub ignore_case: bool,
+    /// The pattern is a literal string, not a regex.
+    pub fixed: bool,
+    /// Only outputs referenced since then: Unix seconds, RFC 3339, or `90m`, `24h`, `7d` back.
+    pub since: Option<String>,
+    /// Only outputs referenced until then.
+    pub until: Option<String>,
+    /// Context lines before each match.
+    pub before: Option<u32>,
+    /// Context lines after each match.
+    pub after: Option<u32>,
+    /// Most matches in one answer (the server's default, 100, when `None`).
+    pub max_matches: Option<usize>,
+    /// The `next_cursor` of the previous answer.
+    pub cursor: Option<String>,
+}
+
+impl SearchRequest {
+    fn query(&self) -> Vec<(String, String)> {
+        let mut q = vec![("pattern".to_owned(), self.pattern.clone())];
+        q.extend(self.labels.iter().map(|(k, v)| (format!("label.{k}"), v.clone())));
+        if self.ignore_case {
+            q.push(("ignore_case".into(), "true".into()));
+        }
+        if self.fixed {
+            q.push(("fixed".into(), "true".into()));
+        }
+        let opt = |k: &str, v: Option<String>| v.map(|v| (k.to_owned(), v));
+        q.extend(opt("since", self.since.clone()));
+        q.extend(opt("until", self.until.clone()));
+        q.extend(opt("before", self.before.map(|n| n.to_string())));
+        q.extend(opt("after", self.after.map(|n| n.to_string())));
+        q.extend(opt("max_matches", self.max_matches.map(|n| n.to_string())));
+        q.extend(opt("cursor", self.cursor.clone()));
         q
     }
 }
@@ -338,6 +384,16 @@ impl StoreClient {
         q.extend(limit.map(|l| ("limit".to_owned(), l.to_string())));
         q.extend(cursor.map(|c| ("cursor".to_owned(), c.to_owned())));
         decode(self.req(Method::GET, "/v1/refs").query(&q).send().await?).await
+    }
+
+    /// One answer of a search across this namespace's outputs; follow `next_cursor` (in
+    /// `SearchRequest::cursor`) for the rest. A store busy with other scans (`429`) is asked
+    /// again a few times.
+    pub async fn search(&self, s: &SearchRequest) -> Result<SearchResponse> {
+        retry_busy(|| async {
+            decode(self.req(Method::GET, "/v1/search").query(&s.query()).query(self.redact_query()).send().await?).await
+        })
+        .await
     }
 
     /// Opens a stream for a background task's output.

@@ -689,6 +689,8 @@ mod tests {
                 .collect();
             let grams: Vec<String> = SECRETS.iter()
                 .flat_map(|s| s.as_bytes().windows(4).map(|w| String::from_utf8(w.to_vec()).unwrap()))
+                // (Digits alone are in line numbers and the footer's counts too.)
+                .filter(|g| g.bytes().any(|b| b.is_ascii_alphabetic()))
                 .filter(|g| !data.replace(SECRETS[0], "").replace(SECRETS[1], "").replace(SECRETS[2], "")
                     .replace(SECRETS[3], "").contains(g.as_str()) && !"[REDACTED:aws_access_key_id]".contains(g.as_str()))
                 .collect();

@@ -712,3 +712,41 @@ async fn exec_and_readers_redact_what_a_model_sees() {
     let v = r.json(&["--redact-rules", "rules.toml", "exec", "--", "echo", "key acme_0123456789abcdef"], None).await;
     assert_eq!(v["stdout"]["result"], "key [REDACTED:acme_key]\n");
 }
+
+/// `spillway search` prints one answer, or with `--all` every match of the walk, one JSON line
+/// each; `--label` and `-i` narrow it as the server's filters do.
+#[tokio::test]
+async fn search_prints_answers_and_follows_the_cursor() {
+    let srv = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let r = Run::remote(&srv, dir.path());
+    for (session, n) in [("s-1", 3), ("s-2", 250)] {
+        let text: String = (1..=n).map(|i| format!("ERROR {session} {i}\nok\n")).collect();
+        std::fs::write(dir.path().join("out.log"), text).unwrap();
+        r.json(&["put", "out.log", "--label", &format!("session={session}")], None).await;
+    }
+    let v = r.json(&["search", "error", "-i", "--label", "session=s-1"], None).await;
+    assert_eq!(v["matches"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        (v["matches"][0]["line"].as_u64(), v["matches"][0]["labels"]["session"].as_str()),
+        (Some(1), Some("s-1"))
+    );
+    assert!(v["next_cursor"].is_null());
+    let v = r.json(&["search", "ERROR"], None).await;
+    assert_eq!(v["matches"].as_array().unwrap().len(), 100);
+    let cursor = v["next_cursor"].as_str().unwrap().to_owned();
+    let v = r.json(&["search", "ERROR", "--cursor", &cursor, "--max-matches", "1000"], None).await;
+    assert_eq!(v["matches"].as_array().unwrap().len(), 153);
+    let out = r.run(&["search", "ERROR", "--all"], None).await;
+    assert!(out.status.success());
+    let lines: Vec<Value> = out
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 253, "every match, once");
+    assert_eq!(lines[0]["labels"]["session"], "s-2", "newest output first");
+    let out = r.run(&["search", "("], None).await;
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("invalid_argument"));
+}

@@ -316,6 +316,39 @@ pub struct RefList {
     pub next_cursor: Option<String>,
 }
 
+/// One match of `GET /v1/search`: a grep match, with the output it is in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SearchMatch {
+    /// The output, `blake3:…`.
+    pub digest: String,
+    /// The matching line, its number and its context, as grep gives them.
+    #[serde(flatten)]
+    pub found: GrepMatch,
+    /// The labels of the output's newest matching reference.
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, String>))]
+    pub labels: Labels,
+}
+
+/// The answer of `GET /v1/search`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SearchResponse {
+    /// Matches, newest output first, in line order within an output.
+    pub matches: Vec<SearchMatch>,
+    /// Outputs this answer searched (in whole or in part).
+    pub outputs_scanned: u64,
+    /// Outputs in which this answer found a match.
+    pub outputs_matched: u64,
+    /// True when the text cap or `max_matches` cut the answer short.
+    pub capped: bool,
+    /// Pass as `cursor` to go on; null once every output was searched.
+    pub next_cursor: Option<String>,
+    /// Marks in the answer's text, when it was searched with `redact=true` (or by a redacted token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redactions: Option<u64>,
+}
+
 /// The last second [`PinRequest::until`] may name: 9999-12-31T23:59:59Z (RFC 3339 times, in
 /// which the answer names it, have four-digit years).
 pub const LAST_UNIX_SECOND: i64 = 253_402_300_799;

@@ -18,6 +18,7 @@ pub mod listen;
 pub mod reserve;
 pub mod retention;
 pub mod routes;
+pub mod search;
 pub mod server;
 mod spool;
 mod staging;

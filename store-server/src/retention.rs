@@ -31,6 +31,8 @@ pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Resu
     state.db.mark_unreferenced(now).await?;
     s.references_expired = in_pages(|| state.db.expire_refs(now, PAGE)).await?;
     s.streams_expired = in_pages(|| state.db.expire_streams(now, PAGE, false)).await?;
+    // Searches whose cursors are a day old: their lists of outputs go (never the outputs).
+    state.db.delete_expired_searches(now).await?;
     // Claimed first (`live` → `deleting`, which an upload's reference prevents), then deleted.
     let collect = |page: Vec<(Digest, u64)>| async move {
         let mut claimed = Vec::new();

@@ -77,7 +77,7 @@ function explain(e) {
 }
 
 function show(section) {
-  for (const id of ['signin', 'home', 'refs', 'viewer']) $(id).hidden = id !== section;
+  for (const id of ['signin', 'home', 'refs', 'find', 'viewer']) $(id).hidden = id !== section;
   const signedIn = section !== 'signin';
   $('open-form').hidden = !signedIn;
   $('nav').hidden = !signedIn;
@@ -117,7 +117,8 @@ async function signIn(event) {
 
 // ---------------------------------------------------------------- routing
 
-/** `#/blob/<digest>?line=N`, `#/stream/<id>?line=N`, `#/refs?label.k=v`, or `#/`. */
+/** `#/blob/<digest>?line=N`, `#/stream/<id>?line=N`, `#/refs?label.k=v`,
+ * `#/search?pattern=…&label.k=v&since=…`, or `#/`. */
 function parseHash() {
   const hash = location.hash.replace(/^#/, '') || '/';
   const [path, query = ''] = hash.split('?');
@@ -146,6 +147,10 @@ function route() {
     viewer.close();
     show('refs');
     refs.list(params).catch(explain);
+  } else if (view === 'search') {
+    viewer.close();
+    show('find');
+    find.run(params).catch(explain);
   } else {
     viewer.close();
     show('home');
@@ -194,16 +199,106 @@ const refs = {
 
   submit(event) {
     event.preventDefault();
-    const q = new URLSearchParams();
-    for (const pair of $('refs-filter').value.split(/\s+/).filter(Boolean)) {
-      const at = pair.indexOf('=');
-      if (at < 1) {
-        say(`A filter is key=value: ${pair}`);
-        return;
-      }
-      q.append(`label.${pair.slice(0, at)}`, pair.slice(at + 1));
+    const q = labelParams($('refs-filter').value);
+    if (q) location.hash = `#/refs${q.size ? `?${q}` : ''}`;
+  },
+};
+
+// ---------------------------------------------------------------- search across outputs
+
+/** Labels typed as `key=value key=value`, as query parameters; null (and a message) when one
+ * is not a pair. */
+function labelParams(text) {
+  const q = new URLSearchParams();
+  for (const pair of text.split(/\s+/).filter(Boolean)) {
+    const at = pair.indexOf('=');
+    if (at < 1) {
+      say(`A filter is key=value: ${pair}`);
+      return null;
     }
-    location.hash = `#/refs${q.size ? `?${q}` : ''}`;
+    q.append(`label.${pair.slice(0, at)}`, pair.slice(at + 1));
+  }
+  return q;
+}
+
+const find = {
+  query: null,
+  cursor: null,
+  found: 0,
+  outputs: 0,
+  last: null,
+
+  async run(params) {
+    const labels = [];
+    this.query = {};
+    for (const [k, v] of params) {
+      if (k.startsWith('label.')) labels.push(`${k.slice(6)}=${v}`);
+      if (['pattern', 'since', 'fixed', 'ignore_case'].includes(k) || k.startsWith('label.')) this.query[k] = v;
+    }
+    $('find-pattern').value = params.get('pattern') ?? '';
+    $('find-labels').value = labels.join(' ');
+    $('find-since').value = params.get('since') ?? '';
+    $('find-literal').checked = params.get('fixed') === 'true';
+    $('find-case').checked = params.get('ignore_case') !== 'true' && params.has('pattern');
+    $('find-results').replaceChildren();
+    Object.assign(this, { cursor: null, found: 0, outputs: 0, last: null });
+    $('find-more').hidden = true;
+    $('find-status').textContent = '';
+    if (!this.query.pattern) {
+      $('find-pattern').focus();
+      return;
+    }
+    await this.more();
+  },
+
+  async more() {
+    $('find-status').textContent = 'Searching…';
+    const answer = await api('/v1/search', { ...this.query, max_matches: MATCHES_PER_CALL, cursor: this.cursor });
+    const list = $('find-results');
+    for (const m of answer.matches) {
+      if (m.digest !== this.last) {
+        const head = document.createElement('li');
+        head.className = 'output';
+        const labels = Object.entries(m.labels ?? {}).map(([k, v]) => `${k}=${v}`).join(' ');
+        head.textContent = `${m.digest}${labels ? `  ${labels}` : ''}`;
+        list.append(head);
+        this.last = m.digest;
+      }
+      const li = document.createElement('li');
+      li.className = 'hit';
+      const link = document.createElement('a');
+      link.href = `#/blob/${m.digest}?line=${m.line}`;
+      const n = document.createElement('span');
+      n.className = 'n';
+      n.textContent = `${m.line}:`;
+      link.append(n, document.createTextNode(` ${m.text}`));
+      li.append(link);
+      list.append(li);
+    }
+    this.found += answer.matches.length;
+    this.outputs += answer.outputs_scanned;
+    this.cursor = answer.next_cursor;
+    $('find-more').hidden = !this.cursor;
+    const more = this.cursor ? '; more to search' : '';
+    $('find-status').textContent =
+      `${this.found.toLocaleString('en')} match${this.found === 1 ? '' : 'es'} in ${this.outputs.toLocaleString('en')} outputs searched${more}`;
+  },
+
+  submit(event) {
+    event.preventDefault();
+    const q = labelParams($('find-labels').value);
+    if (!q) return;
+    const pattern = $('find-pattern').value;
+    if (!pattern) {
+      say('Type what to search for first.');
+      return;
+    }
+    q.set('pattern', pattern);
+    const since = $('find-since').value.trim();
+    if (since) q.set('since', since);
+    if ($('find-literal').checked) q.set('fixed', 'true');
+    if (!$('find-case').checked) q.set('ignore_case', 'true');
+    navigate(`#/search?${q}`);
   },
 };
 
@@ -637,6 +732,8 @@ function wire() {
   });
   $('refs-form').addEventListener('submit', (e) => refs.submit(e));
   $('refs-more').addEventListener('click', () => refs.more().catch(explain));
+  $('find-form').addEventListener('submit', (e) => find.submit(e));
+  $('find-more').addEventListener('click', () => find.more().catch(explain));
   $('goto-form').addEventListener('submit', (e) => {
     e.preventDefault();
     const line = Number.parseInt($('goto-input').value, 10);

@@ -38,7 +38,7 @@ async def session(binary, url, token, check):
         async with ClientSession(read, write) as s:
             await s.initialize()
             tools = {t.name: t for t in (await s.list_tools()).tools}
-            check("five tools", sorted(tools) == ["background", "grep", "read", "run", "tail"], sorted(tools))
+            check("six tools", sorted(tools) == ["background", "grep", "read", "run", "search", "tail"], sorted(tools))
             run_schema = tools["run"].input_schema if "run" in tools else {}
             check("run takes a command", run_schema.get("required") == ["command"], run_schema)
 
@@ -64,6 +64,10 @@ async def session(binary, url, token, check):
             rows = text_of(r)
             check("grep answers numbered rows", rows.startswith("12340: 12340\n12341: 12341\n"), rows[:200])
             check("grep says where to resume", "from_line=12342" in rows, rows)
+
+            r = await s.call_tool("search", {"pattern": "^12345$", "labels": {"stream": "stdout"}})
+            rows = text_of(r)
+            check("search finds the line across saved outputs", f"{digest}:12345: 12345" in rows, rows[:300])
 
             r = await s.call_tool("read", {"digest": "blake3:not-a-digest"})
             check("a bad digest is an error result", r.is_error and "invalid digest" in text_of(r), text_of(r))

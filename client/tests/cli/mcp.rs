@@ -49,7 +49,7 @@ async fn mcp_tools_over_stdio() {
 
     let tools = client.list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(names, ["run", "read", "grep", "background", "tail"]);
+    assert_eq!(names, ["run", "read", "grep", "search", "background", "tail"]);
     for t in &tools {
         let desc = t.description.as_deref().unwrap_or_default();
         assert!(desc.len() > 100, "{} is described for a model", t.name);
@@ -166,6 +166,11 @@ async fn mcp_shows_secrets_as_marks_only() {
     assert!(!text.contains(secret) && !text.contains("30001:"), "a probe finds nothing: {text}");
     let (text, _) = ok(&call(&client, "grep", json!({ "digest": digest, "pattern": "GITHUB" })).await);
     assert!(text.contains("30001: GITHUB_TOKEN=[REDACTED:github_token]"), "{text}");
+    let (text, _) = ok(&call(&client, "search", json!({ "pattern": "GITHUB", "labels": {"stream": "stdout"} })).await);
+    assert!(text.contains(&format!("{digest}:30001: GITHUB_TOKEN=[REDACTED:github_token]")), "{text}");
+    assert!(text.contains(&format!("{digest} (")) && text.contains("stream=stdout"), "a heading per output: {text}");
+    let (text, _) = ok(&call(&client, "search", json!({ "pattern": "ghp_" })).await);
+    assert!(text.contains("[no matches in any output]"), "a probe finds nothing: {text}");
     let (_, v) = ok(&call(&client, "background", json!({ "command": format!("echo token={secret}") })).await);
     let stream = v["stream"].as_str().unwrap().to_owned();
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -13,7 +13,7 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
 use super::error::{DbError, DbResult};
-use super::pool::{digest_at, labels_at, labels_json, to_i64, Db};
+use super::pool::{digest_at, label_conditions, labels_at, labels_json, to_i64, Db};
 
 /// A stored blob.
 #[derive(Debug, Clone)]
@@ -553,15 +553,7 @@ impl Db {
              FROM refs r JOIN blobs b ON b.digest = r.digest \
              WHERE r.namespace = $1 AND (r.pinned = 1 OR r.expires_at > $2) AND r.id < $3",
         );
-        let mut n = 3;
-        for _ in filter {
-            sql.push_str(&format!(
-                " AND EXISTS (SELECT 1 FROM ref_labels l WHERE l.ref_id = r.id AND l.key = ${} AND l.value = ${})",
-                n + 1,
-                n + 2
-            ));
-            n += 2;
-        }
+        let n = label_conditions(&mut sql, filter, 3);
         sql.push_str(&format!(" ORDER BY r.id DESC LIMIT ${}", n + 1));
         let mut q = sqlx::query(&sql).bind(ns.as_str()).bind(now).bind(before_id.unwrap_or(i64::MAX));
         for (k, v) in filter {

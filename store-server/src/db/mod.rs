@@ -11,11 +11,13 @@ mod error;
 mod keys;
 mod pool;
 mod retention;
+mod search;
 mod streams;
 mod tokens;
 
 pub use blobs::{AddRef, BlobRow, BlobState, Complete, NewRef, RefRow, Referenced};
 pub use error::{DbError, DbResult};
 pub use pool::{Backend, Db};
+pub use search::{SearchOutput, MAX_SEARCH_OUTPUTS};
 pub use streams::{AppendOutcome, StreamRow};
 pub use tokens::{token_id, TokenInfo, TokenRow};

@@ -8,6 +8,7 @@ mod ops;
 mod query;
 mod read;
 mod refs;
+mod search;
 mod streams;
 mod ui;
 
@@ -43,6 +44,7 @@ pub fn router(state: AppState) -> Router {
             post(blobs::pin_blob).delete(blobs::unpin_blob).layer(DefaultBodyLimit::max(SMALL_BODY)),
         )
         .route("/v1/refs", get(refs::list_refs))
+        .route("/v1/search", get(search::search_outputs))
         .route("/v1/streams", post(streams::create_stream))
         .route("/v1/streams/{id}", get(streams::get_stream))
         .route("/v1/streams/{id}/append", post(streams::append_stream))

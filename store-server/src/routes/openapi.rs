@@ -24,6 +24,7 @@ use utoipa::OpenApi;
         super::read::read_blob,
         super::read::grep_blob,
         super::refs::list_refs,
+        super::search::search_outputs,
         super::streams::create_stream,
         super::streams::get_stream,
         super::streams::append_stream,
@@ -93,8 +94,10 @@ fn errors_of(method: &str, path: &str) -> Vec<(u16, &'static str)> {
         ("get", p) if p.ends_with("/read") => {
             out.push((416, "Offset or line past the end (`range_not_satisfiable`)."));
         }
-        ("get", p) if p.ends_with("/grep") => {
-            out.push((416, "Offset or line past the end (`range_not_satisfiable`)."));
+        ("get", p) if p.ends_with("/grep") || p == "/v1/search" => {
+            if p != "/v1/search" {
+                out.push((416, "Offset or line past the end (`range_not_satisfiable`)."));
+            }
             out.push((
                 429,
                 "Too many heavy requests (grep, search) at once; retry after `Retry-After` (`too_many_requests`).",
@@ -160,6 +163,11 @@ fn query_param_schema(name: &str) -> Option<Value> {
     }
 }
 
+/// A cursor as the server seals it: URL-safe base64 of nonce, position and tag.
+fn cursor_schema() -> Value {
+    json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{40,200}$"})
+}
+
 fn path_param_schema(name: &str) -> Option<Value> {
     match name {
         "digest" => Some(json!({"type": "string", "pattern": "^(blake3|sha256):[0-9a-f]{64}$"})),
@@ -172,6 +180,7 @@ fn tag_of(path: &str) -> &'static str {
     match path {
         p if p.starts_with("/v1/streams") => "streams",
         p if p.starts_with("/v1/refs") => "refs",
+        p if p.starts_with("/v1/search") => "search",
         _ => "blobs",
     }
 }
@@ -198,11 +207,17 @@ fn complete_operation(method: &str, path: &str, op: &mut Map<String, Value>) {
                     "Most references per page.",
                     json!({"type": "integer", "minimum": 1, "maximum": 1000}),
                 ));
-                list.push(query_param(
-                    "cursor",
-                    "The `next_cursor` of the previous page.",
-                    json!({"type": "string", "pattern": "^[1-9][0-9]{0,17}$"}),
-                ));
+                list.push(query_param("cursor", "The `next_cursor` of the previous page.", cursor_schema()));
+                list.extend(label_params());
+            }
+            ("get", "/v1/search") => {
+                for p in list.iter_mut() {
+                    match p["name"].as_str() {
+                        Some("max_matches") => p["schema"] = json!({"type": "integer", "minimum": 1, "maximum": 1000}),
+                        Some("cursor") => p["schema"] = cursor_schema(),
+                        _ => {}
+                    }
+                }
                 list.extend(label_params());
             }
             _ => {}
@@ -252,6 +267,7 @@ fn complete(doc: &mut Value) {
     doc["tags"] = json!([
         {"name": "blobs", "description": "Content-addressed outputs: upload, download, the capped read API, grep, pins."},
         {"name": "refs", "description": "This namespace's references, by label."},
+        {"name": "search", "description": "Matching lines across this namespace's outputs, by label and time."},
         {"name": "streams", "description": "Background task output, readable while it is written."}
     ]);
     let Some(paths) = doc["paths"].as_object_mut() else {

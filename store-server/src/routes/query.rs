@@ -61,6 +61,7 @@ impl GrepQuery {
             after: self.after.unwrap_or(0),
             deadline,
             redact,
+            max_text: READ_CAP,
         }
     }
 }

@@ -13,6 +13,7 @@ mod read;
 mod redact;
 mod replicas;
 mod retention;
+mod search;
 mod streams;
 mod stress;
 mod support;

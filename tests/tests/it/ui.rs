@@ -305,6 +305,22 @@ async fn viewer_in_a_real_browser() {
     see_containing(&b, "#stream-state", "sealed · exit 3").await;
     see_containing(&b, "#follow-note", "ended").await;
 
+    // Search all outputs: a line found in one of them, and its result opens it at that line.
+    b.goto(&format!("{}/ui/#/search", srv.url)).await.unwrap();
+    fill(&b, "#find-pattern", "^line 777777$").await;
+    fill(&b, "#find-labels", "tool=ui-test").await;
+    find(&b, "#find-form button").await.click().await.unwrap();
+    see_containing(&b, "#find-status", "1 match in").await;
+    see_containing(&b, "#find-results li.output", &big).await;
+    see_text(&b, "#find-results li.hit", "777777: line 777777").await;
+    find(&b, "#find-results li.hit a").await.click().await.unwrap();
+    see_text(&b, ".row.target", "line 777777").await;
+    assert!(b.current_url().await.unwrap().fragment().unwrap().ends_with(&format!("{big}?line=777777")));
+    // Markup found by a search is text there too.
+    b.goto(&format!("{}/ui/#/search?pattern=onerror&fixed=true", srv.url)).await.unwrap();
+    see_text(&b, "#find-results li.hit", &format!("1: {evil}")).await;
+    assert!(b.get_alert_text().await.is_err(), "an alert opened");
+
     // Browse this namespace's outputs by label.
     b.goto(&format!("{}/ui/#/refs?label.tool=ui-test", srv.url)).await.unwrap();
     find(&b, "#refs-table tbody tr:nth-child(3)").await;

@@ -1,0 +1,332 @@
+//! Search across a namespace's outputs (`GET /v1/search`, api.md v1.2): "which run had this
+//! line?" without knowing the digest.
+//!
+//! Outputs are chosen by their references (labels, creation time), then scanned with grep's
+//! engine, caps and shortening, newest output first, in bounded steps: one request works for
+//! about the search budget, on the heavy pool, then answers what it found and a cursor.
+//!
+//! **Exactly once.** The list of outputs and its order are fixed by the first request: the
+//! blobs the namespace references at that moment that pass the filters, each once, by its
+//! newest matching reference. When that request cannot finish, what is left of the list is
+//! kept in the database (`search_snapshots`, a day), so every later request — on any replica
+//! — walks the same list, whatever was uploaded, expired or deleted since. A cursor is the
+//! snapshot's id, the position in its list and the line to go on from, sealed with the
+//! replicas' key and bound to the namespace and the query (pattern, flags, labels, times,
+//! redaction): forged, foreign or for another query, it is `400`. An answer holds the matches
+//! of the outputs before the cursor and none after it, and within the output it stops in, the
+//! matches before its line and none from it; the next answer starts exactly there. An output
+//! whose references expired or were deleted meanwhile is skipped, never an error.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use spillway_api::paging::{self as page, GrepEnd, GrepRequest, MAX_CONTEXT};
+use spillway_api::{AnyDigest, SearchMatch, SearchResponse, READ_CAP};
+
+use crate::auth::Caller;
+use crate::db::SearchOutput;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::store::{visible, BlobSource};
+
+/// Matches per answer when the query names no `max_matches`, and the most it may name.
+const DEFAULT_MATCHES: usize = 100;
+const MAX_MATCHES: usize = 1000;
+/// How long what is left of a search is kept for its cursor.
+const SNAPSHOT_TTL_MS: i64 = 24 * 3600 * 1000;
+/// The route a search cursor is sealed for.
+const CURSOR: &str = "search";
+
+/// A search, as its query asks it.
+#[derive(Debug, Clone, Default)]
+pub struct SearchAsk {
+    pattern: Option<String>,
+    ignore_case: bool,
+    fixed: bool,
+    before: usize,
+    after: usize,
+    labels: BTreeMap<String, String>,
+    since: Option<String>,
+    until: Option<String>,
+    max_matches: usize,
+    redact: bool,
+    cursor: Option<String>,
+}
+
+fn flag(k: &str, v: &str) -> ApiResult<bool> {
+    v.parse().map_err(|_| ApiError::InvalidArgument(format!("query parameter {k} must be true or false")))
+}
+
+fn count(k: &str, v: &str, max: usize) -> ApiResult<usize> {
+    v.parse()
+        .ok()
+        .filter(|n| *n <= max)
+        .ok_or_else(|| ApiError::InvalidArgument(format!("query parameter {k} must be an integer from 0 to {max}")))
+}
+
+impl SearchAsk {
+    /// The query's parameters, checked; unknown ones are ignored, as S3 does.
+    pub fn from_pairs(pairs: Vec<(String, String)>) -> ApiResult<Self> {
+        let mut ask = SearchAsk { max_matches: DEFAULT_MATCHES, ..Default::default() };
+        for (k, v) in pairs {
+            match k.as_str() {
+                "pattern" => ask.pattern = Some(v),
+                "ignore_case" => ask.ignore_case = flag(&k, &v)?,
+                "fixed" => ask.fixed = flag(&k, &v)?,
+                "redact" => ask.redact = flag(&k, &v)?,
+                "before" => ask.before = count(&k, &v, MAX_CONTEXT)?,
+                "after" => ask.after = count(&k, &v, MAX_CONTEXT)?,
+                "max_matches" => {
+                    ask.max_matches = count(&k, &v, MAX_MATCHES)?;
+                    if ask.max_matches == 0 {
+                        return Err(ApiError::InvalidArgument(format!("max_matches must be 1 to {MAX_MATCHES}")));
+                    }
+                }
+                "since" => ask.since = Some(v),
+                "until" => ask.until = Some(v),
+                "cursor" => ask.cursor = Some(v),
+                _ => {
+                    if let Some(key) = k.strip_prefix("label.") {
+                        if !spillway_api::valid_label_key(key) {
+                            return Err(ApiError::InvalidArgument(format!("invalid label key {key:?}")));
+                        }
+                        if ask.labels.insert(key.to_owned(), v).is_some() {
+                            return Err(ApiError::InvalidArgument(format!("label {key} is given twice")));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(ask)
+    }
+
+    /// What a cursor is bound to: everything that fixes the list and what matches in it.
+    fn fingerprint(&self, redact: bool) -> [u8; 32] {
+        let mut h = blake3::Hasher::new();
+        let pattern = self.pattern.as_deref().unwrap_or_default();
+        for part in [pattern, self.since.as_deref().unwrap_or("-"), self.until.as_deref().unwrap_or("-")] {
+            h.update(&(part.len() as u64).to_le_bytes()).update(part.as_bytes());
+        }
+        h.update(&[u8::from(self.ignore_case), u8::from(self.fixed), u8::from(redact)]);
+        for (k, v) in &self.labels {
+            h.update(&(k.len() as u64).to_le_bytes()).update(k.as_bytes());
+            h.update(&(v.len() as u64).to_le_bytes()).update(v.as_bytes());
+        }
+        *h.finalize().as_bytes()
+    }
+}
+
+/// A time of the query: Unix seconds, RFC 3339, or a duration back from `now` (`90m`, `24h`,
+/// `7d`; also `s` and `w`), in milliseconds.
+pub(crate) fn instant(name: &str, v: &str, now: i64) -> ApiResult<i64> {
+    let bad = || {
+        ApiError::InvalidArgument(format!(
+            "{name} must be Unix seconds, an RFC 3339 time, or a duration back from now such as 90m, 24h or 7d"
+        ))
+    };
+    if let Ok(secs) = v.parse::<i64>() {
+        return secs.checked_mul(1000).ok_or_else(bad);
+    }
+    let unit = match v.chars().last() {
+        Some('s') => 1_000,
+        Some('m') => 60_000,
+        Some('h') => 3_600_000,
+        Some('d') => 86_400_000,
+        Some('w') => 7 * 86_400_000,
+        _ => 0,
+    };
+    if unit > 0 {
+        if let Ok(n) = v[..v.len() - 1].parse::<i64>() {
+            return n.checked_mul(unit).map(|back| now.saturating_sub(back)).ok_or_else(bad);
+        }
+    }
+    let t = time::OffsetDateTime::parse(v, &time::format_description::well_known::Rfc3339).map_err(|_| bad())?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).map_err(|_| bad())
+}
+
+/// Where a search goes on: the snapshot of its list (none before one is kept), the position
+/// in that list, the line in that output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Position {
+    snapshot: Option<[u8; 16]>,
+    index: usize,
+    line: u64,
+}
+
+impl Position {
+    fn encode(&self, snapshot: [u8; 16]) -> Vec<u8> {
+        let mut out = snapshot.to_vec();
+        out.extend_from_slice(&(self.index as u64).to_be_bytes());
+        out.extend_from_slice(&self.line.to_be_bytes());
+        out
+    }
+
+    fn decode(raw: &[u8]) -> Option<Self> {
+        let (id, rest) = raw.split_first_chunk::<16>()?;
+        let (index, rest) = rest.split_first_chunk::<8>()?;
+        let line = u64::from_be_bytes(*<&[u8; 8]>::try_from(rest).ok()?);
+        Some(Self { snapshot: Some(*id), index: u64::from_be_bytes(*index) as usize, line })
+    }
+}
+
+/// Answers one request of a search.
+pub async fn search(state: &AppState, caller: &Caller, ask: SearchAsk) -> ApiResult<SearchResponse> {
+    let pattern = ask
+        .pattern
+        .as_deref()
+        .ok_or_else(|| ApiError::InvalidArgument("query parameter pattern is required".into()))?;
+    let regex = page::compile_pattern(pattern, ask.fixed, ask.ignore_case)?;
+    let redact = caller.redacts(ask.redact);
+    let fingerprint = ask.fingerprint(redact);
+    let now = state.now();
+    let (outputs, start) = match &ask.cursor {
+        Some(cursor) => {
+            let raw = state.cursors.open(CURSOR, &caller.namespace, &fingerprint, cursor)?;
+            let pos = Position::decode(&raw).ok_or_else(|| ApiError::InvalidArgument("invalid cursor".into()))?;
+            let id = hex::encode(pos.snapshot.unwrap_or_default());
+            let outputs = state.db.load_search(&id, &caller.namespace, now).await?.ok_or_else(|| {
+                ApiError::InvalidArgument("this search's cursor has expired (they are kept a day): search again".into())
+            })?;
+            (outputs, pos)
+        }
+        None => {
+            let since = ask.since.as_deref().map(|v| instant("since", v, now)).transpose()?.unwrap_or(i64::MIN);
+            let until = ask.until.as_deref().map(|v| instant("until", v, now)).transpose()?.unwrap_or(i64::MAX);
+            let outputs = state.db.search_outputs(&caller.namespace, &ask.labels, since, until, now).await?;
+            (outputs, Position { snapshot: None, index: 0, line: 1 })
+        }
+    };
+    let detector = redact.then(|| state.redactor.clone());
+    let (st, ns, budget) = (state.clone(), caller.namespace.clone(), state.config.search_budget);
+    let (before, after, max_matches) = (ask.before, ask.after, ask.max_matches);
+    let (mut resp, stop, outputs) = state
+        .heavy
+        .run(async move {
+            let deadline = Instant::now() + budget;
+            let scan =
+                Scan { state: &st, ns: &ns, regex: &regex, before, after, deadline, redact: detector.as_deref() };
+            let (resp, stop) = scan.run(&outputs, start, max_matches).await?;
+            Ok((resp, stop, outputs))
+        })
+        .await?;
+    if let Some(mut stop) = stop {
+        let snapshot = match start.snapshot {
+            Some(id) => id,
+            None => {
+                // The first request could not finish: keep what is left of its list.
+                let id: [u8; 16] = rand::random();
+                state
+                    .db
+                    .save_search(
+                        &hex::encode(id),
+                        &caller.namespace,
+                        &outputs[stop.index..],
+                        now,
+                        now + SNAPSHOT_TTL_MS,
+                    )
+                    .await?;
+                stop.index = 0;
+                id
+            }
+        };
+        resp.next_cursor = Some(state.cursors.seal(CURSOR, &caller.namespace, &fingerprint, &stop.encode(snapshot)));
+    }
+    Ok(resp)
+}
+
+/// One request's scan.
+struct Scan<'a> {
+    state: &'a AppState,
+    ns: &'a spillway_api::Namespace,
+    regex: &'a regex::bytes::Regex,
+    before: usize,
+    after: usize,
+    deadline: Instant,
+    redact: Option<&'a spillway_api::redact::Detector>,
+}
+
+impl Scan<'_> {
+    /// Scans `outputs` from `start` until the list ends, the budget is spent or the answer is
+    /// full; answers what it found and where to go on (`None`: nothing is left).
+    async fn run(
+        &self,
+        outputs: &[SearchOutput],
+        start: Position,
+        max_matches: usize,
+    ) -> ApiResult<(SearchResponse, Option<Position>)> {
+        let mut resp = SearchResponse {
+            matches: Vec::new(),
+            outputs_scanned: 0,
+            outputs_matched: 0,
+            capped: false,
+            next_cursor: None,
+            redactions: self.redact.map(|_| 0),
+        };
+        let mut text_left = READ_CAP;
+        let (mut index, mut line) = (start.index, start.line);
+        let at = |index, line| Some(Position { snapshot: start.snapshot, index, line });
+        while index < outputs.len() {
+            if Instant::now() >= self.deadline {
+                return Ok((resp, at(index, line)));
+            }
+            if resp.matches.len() >= max_matches || text_left == 0 {
+                resp.capped = true;
+                return Ok((resp, at(index, line)));
+            }
+            let (digest, labels) = &outputs[index];
+            let row = match visible(self.state, self.ns, &AnyDigest::Blake3(*digest)).await {
+                Ok(row) => row,
+                Err(ApiError::NotFound(_)) => {
+                    // Its references expired or were deleted since the search began.
+                    (index, line) = (index + 1, 1);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let src = BlobSource::new(self.state, &row)?;
+            resp.outputs_scanned += 1;
+            let mut matched = false;
+            loop {
+                let req = GrepRequest {
+                    regex: self.regex,
+                    from_line: line,
+                    max_matches: max_matches - resp.matches.len(),
+                    before: self.before,
+                    after: self.after,
+                    deadline: Some(self.deadline),
+                    redact: self.redact,
+                    max_text: text_left,
+                };
+                let (found, end) = page::grep_until(&src, req).await?;
+                matched |= !found.matches.is_empty();
+                for m in found.matches {
+                    let texts = std::iter::once(&m.text).chain(m.before.iter().chain(&m.after).map(|c| &c.text));
+                    text_left = text_left.saturating_sub(texts.map(String::len).sum());
+                    resp.matches.push(SearchMatch { digest: digest.to_string(), found: m, labels: labels.clone() });
+                }
+                if let (Some(total), Some(n)) = (resp.redactions.as_mut(), found.redactions) {
+                    *total += n;
+                }
+                let next = found.next_line;
+                match (end, next) {
+                    (GrepEnd::ScanLimit, Some(n)) => line = n,
+                    (GrepEnd::End, _) | (_, None) => {
+                        resp.outputs_matched += u64::from(matched);
+                        (index, line) = (index + 1, 1);
+                        if matches!(end, GrepEnd::MaxMatches | GrepEnd::TextCap) && index < outputs.len() {
+                            resp.capped = true;
+                            return Ok((resp, at(index, line)));
+                        }
+                        break;
+                    }
+                    (stop, Some(n)) => {
+                        resp.outputs_matched += u64::from(matched);
+                        resp.capped = stop != GrepEnd::Deadline;
+                        return Ok((resp, at(index, n)));
+                    }
+                }
+            }
+        }
+        Ok((resp, None))
+    }
+}
