@@ -4,21 +4,18 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use spillway_api::{AnyDigest, ErrorCode};
+use spillway_api::ErrorCode;
 use tokio::io::AsyncReadExt;
 
-use spillway_api::redact::Detector;
-
+pub use crate::conn::{parse_digest, Conn};
 use crate::error::{ClientError, Result};
-use crate::reader::Reader;
-use crate::spill::{LocalDir, RemoteStore, SpillTarget};
+use crate::spill::LocalDir;
 use crate::store::{GrepRequest, ReadRequest, SearchRequest, StoreClient, UploadOptions};
 use crate::truncate::Redaction;
-use crate::{background, capture, gate, transfer};
+use crate::{background, capture, conn, gate, transfer};
 
 /// Keep big tool outputs out of the model's context without losing them.
 #[derive(Parser, Debug)]
@@ -335,78 +332,9 @@ fn parse_label(s: &str) -> std::result::Result<(String, String), String> {
     }
 }
 
-/// A digest as users type it: `blake3:…`, `sha256:…`, or the bare 64 hex that `b3sum` prints.
-pub fn parse_digest(s: &str) -> Result<AnyDigest> {
-    let s = s.trim();
-    if s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Ok(format!("blake3:{}", s.to_ascii_lowercase()).parse()?);
-    }
-    Ok(s.parse::<AnyDigest>()?)
-}
-
 fn seconds(s: Option<f64>) -> Result<Option<Duration>> {
     s.map(|s| Duration::try_from_secs_f64(s).map_err(|_| ClientError::Other(format!("invalid number of seconds {s}"))))
         .transpose()
-}
-
-/// Where the CLI talks to: the store, or `--local DIR`; and what it redacts with.
-#[derive(Debug, Clone)]
-pub struct Conn {
-    url: Option<String>,
-    token: Option<String>,
-    local: Option<PathBuf>,
-    detector: Option<Arc<Detector>>,
-}
-
-impl Conn {
-    /// The secrets detector: the built-in kinds, with `--redact-rules` when given.
-    pub(crate) fn detector(&self) -> Arc<Detector> {
-        self.detector.clone().unwrap_or_else(|| Arc::new(Detector::with_rules("").expect("the built-in kinds")))
-    }
-
-    /// How previews show secrets: marked, unless `off`.
-    pub(crate) fn redaction(&self, off: bool) -> Redaction {
-        match (&self.detector, off) {
-            (_, true) => Redaction::Off,
-            (Some(d), false) => Redaction::Rules(d.clone()),
-            (None, false) => Redaction::On,
-        }
-    }
-
-    pub(crate) fn store(&self) -> Result<StoreClient> {
-        let url = self.url.clone().ok_or_else(|| {
-            ClientError::Other(
-                "no store configured: set SPILLWAY_URL and SPILLWAY_TOKEN (or --url/--token), or use --local DIR"
-                    .into(),
-            )
-        })?;
-        Ok(StoreClient::new(url, self.token.clone().unwrap_or_default()))
-    }
-
-    /// `--local DIR`, else the store, else `./.outputs`.
-    pub(crate) fn spill_target(&self, ttl: Option<u64>) -> Result<Arc<dyn SpillTarget>> {
-        Ok(match (&self.local, &self.url) {
-            (Some(dir), _) => Arc::new(LocalDir::new(dir)),
-            (None, Some(_)) => Arc::new(RemoteStore::new(self.store()?).with_ttl(ttl)),
-            (None, None) => Arc::new(LocalDir::new(".outputs")),
-        })
-    }
-
-    pub(crate) fn reader(&self) -> Result<Reader> {
-        match &self.local {
-            Some(dir) => Ok(Reader::Local(LocalDir::new(dir), None)),
-            None => Ok(Reader::Store(self.store()?)),
-        }
-    }
-
-    /// The reader, redacting when `redact` (`--redact`).
-    pub(crate) fn reader_for(&self, redact: bool) -> Result<Reader> {
-        Ok(self.reader()?.redacting(redact.then(|| self.detector())))
-    }
-
-    pub(crate) fn local(&self) -> Option<&Path> {
-        self.local.as_deref()
-    }
 }
 
 impl Cli {
@@ -426,21 +354,8 @@ impl Cli {
             }
             _ => None,
         };
-        let detector = match &self.redact_rules {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| ClientError::file(path, e))?;
-                Some(Arc::new(
-                    Detector::with_rules(&text).map_err(|e| ClientError::Other(format!("{e} (invalid_argument)")))?,
-                ))
-            }
-            None => None,
-        };
-        Ok(Conn {
-            url: self.url.clone(),
-            token: self.token.clone(),
-            local: sub.or_else(|| self.local.clone()),
-            detector,
-        })
+        let detector = self.redact_rules.as_deref().map(conn::load_rules).transpose()?;
+        Ok(Conn::new(self.url.clone(), self.token.clone(), sub.or_else(|| self.local.clone()), detector))
     }
 }
 

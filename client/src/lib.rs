@@ -52,6 +52,7 @@
 pub mod background;
 pub mod capture;
 pub mod cli;
+pub mod conn;
 pub mod error;
 pub mod gate;
 pub mod local;

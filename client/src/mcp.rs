@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use spillway_api::{AnyDigest, GrepResponse, ReadPage, StreamState, MAX_WAIT_MS, READ_CAP};
 
-use crate::cli::{parse_digest, Conn};
+use crate::conn::{parse_digest, Conn};
 use crate::error::{ClientError, Result};
 use crate::reader::Reader;
 use crate::receipt::Readers;
