@@ -197,6 +197,28 @@ impl SpillwayTools {
         Self { conn }
     }
 
+    /// Calls one tool by name with JSON arguments, as an MCP client would, for hosts that are
+    /// not MCP clients (the Python package's LangChain tools): the text the model reads, and
+    /// the JSON beside it. A bad argument or a store error is the `Err`.
+    pub async fn call_tool(&self, name: &str, arguments: serde_json::Value) -> Result<(String, serde_json::Value)> {
+        let serde_json::Value::Object(args) = arguments else {
+            return Err(ClientError::Other(format!("the arguments of {name} must be an object (invalid_argument)")));
+        };
+        let a = self.call(&CallToolRequestParams::new(name.to_owned()).with_arguments(args)).await?;
+        Ok((a.text, a.json))
+    }
+
+    /// Each tool's name, description (what it tells the model) and input schema.
+    pub fn described() -> Vec<(String, String, serde_json::Value)> {
+        tools()
+            .into_iter()
+            .map(|t| {
+                let schema = serde_json::Value::Object((*t.input_schema).clone());
+                (t.name.to_string(), t.description.map(|d| d.to_string()).unwrap_or_default(), schema)
+            })
+            .collect()
+    }
+
     /// The store, asked for redacted text on every read: what these tools show goes to a model.
     fn store(&self) -> Result<StoreClient> {
         let store = self.conn.store().map_err(|_| {

@@ -324,3 +324,57 @@ impl Drop for RemoteWriter {
         self.task.abort(); // an abandoned upload is cut off; the store keeps nothing partial
     }
 }
+
+/// How [`spill`] treats one output.
+#[derive(Debug, Clone)]
+pub struct SpillOptions {
+    /// Bytes the model may see.
+    pub cap: usize,
+    /// How to cut.
+    pub strategy: crate::truncate::Strategy,
+    /// Labels of the spill.
+    pub labels: Vec<(String, String)>,
+    /// Whether the preview shows secrets as marks (on by default; the spill is exact).
+    pub redaction: crate::truncate::Redaction,
+    /// Who reads the receipt's hint.
+    pub readers: crate::receipt::Readers,
+    /// Most time the save may wait on its target.
+    pub save_deadline: Duration,
+}
+
+impl Default for SpillOptions {
+    fn default() -> Self {
+        Self {
+            cap: crate::truncate::DEFAULT_CAP,
+            strategy: crate::truncate::Strategy::default(),
+            labels: Vec::new(),
+            redaction: crate::truncate::Redaction::On,
+            readers: crate::receipt::Readers::Cli,
+            save_deadline: DEFAULT_SAVE_DEADLINE,
+        }
+    }
+}
+
+/// What a tool hands the model for one output it holds whole: the output itself when it fits
+/// (secrets marked), else a receipt with the preview its strategy cuts and the full output
+/// saved to `target` within the save deadline (`saved: false`, and why, when that failed). A
+/// `Reject` strategy's refusal is the `Err`.
+pub async fn spill(
+    output: Bytes,
+    target: &dyn SpillTarget,
+    opts: &SpillOptions,
+) -> std::result::Result<spillway_api::Receipt, crate::truncate::Rejected> {
+    use crate::receipt::Saved;
+    let sample = crate::truncate::Sample::whole(&output);
+    let preview = crate::truncate::preview_with(&sample, opts.cap, opts.strategy, &opts.redaction)?;
+    let saved = if preview.truncated {
+        let mut deadline = Deadline::new(opts.save_deadline);
+        match target.save(output.clone(), &opts.labels, &mut deadline).await {
+            Ok(loc) => Saved::At(loc),
+            Err(e) => Saved::Failed(e.save_error()),
+        }
+    } else {
+        Saved::NotNeeded
+    };
+    Ok(crate::receipt::build_for(preview, sample.total, sample.total_lines, saved, opts.readers))
+}

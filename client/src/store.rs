@@ -30,7 +30,12 @@ impl UploadOptions {
     }
 
     fn query(&self) -> Vec<(String, String)> {
-        let mut q: Vec<(String, String)> = self.labels.iter().map(|(k, v)| (format!("label.{k}"), v.clone())).collect();
+        // A label given twice (a tool's default `tool=exec`, then the caller's own `tool=…`)
+        // is the last value given: the store refuses a key twice.
+        let labels: std::collections::BTreeMap<&str, &str> =
+            self.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut q: Vec<(String, String)> =
+            labels.iter().map(|(k, v)| (format!("label.{k}"), (*v).to_owned())).collect();
         if let Some(t) = self.ttl {
             q.push(("ttl".into(), t.to_string()));
         }
@@ -185,7 +190,17 @@ pub(crate) async fn check(resp: Response) -> Result<Response> {
         Ok(b) => ClientError::Api { status, code: b.error.code, message: b.error.message },
         Err(_) => ClientError::Api {
             status,
-            code: if status == 404 { ErrorCode::NotFound } else { ErrorCode::Other },
+            // No body to read the code from (a HEAD, a proxy's page): the code the contract
+            // pairs with the status, where only one is.
+            code: match status {
+                401 => ErrorCode::Unauthorized,
+                403 => ErrorCode::Forbidden,
+                404 => ErrorCode::NotFound,
+                416 => ErrorCode::RangeNotSatisfiable,
+                429 => ErrorCode::TooManyRequests,
+                503 => ErrorCode::Unavailable,
+                _ => ErrorCode::Other,
+            },
             message: if text.is_empty() { format!("HTTP {status}") } else { text },
         },
     })

@@ -120,6 +120,46 @@ impl Hasher {
     }
 }
 
+/// Checks bytes, as they arrive, against the digest they were asked by.
+pub struct Verifier {
+    expected: AnyDigest,
+    hasher: Hasher,
+}
+
+impl Verifier {
+    /// A check of the bytes of `d`.
+    pub fn new(d: &AnyDigest) -> Self {
+        Self { expected: *d, hasher: Hasher::for_digest(d) }
+    }
+
+    /// Takes the next bytes.
+    pub fn update(&mut self, b: &[u8]) {
+        self.hasher.update(b);
+    }
+
+    /// Whether all the bytes hash to the digest.
+    pub fn finish(self) -> Result<()> {
+        match self.hasher.finish() {
+            actual if actual == self.expected.to_string() => Ok(()),
+            actual => Err(ClientError::DigestMismatch { expected: self.expected.to_string(), actual }),
+        }
+    }
+}
+
+/// A whole blob in memory, verified against its digest.
+pub async fn get_bytes(reader: &Reader, d: &AnyDigest) -> Result<bytes::Bytes> {
+    let (len, mut body) = reader.download(d).await?;
+    let mut v = Verifier::new(d);
+    let mut data = Vec::with_capacity(len.unwrap_or(0).min(1 << 30) as usize);
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk?;
+        v.update(&chunk);
+        data.extend_from_slice(&chunk);
+    }
+    v.finish()?;
+    Ok(data.into())
+}
+
 /// The temporary name a download is written to before it is verified.
 fn partial_name(output: &Path) -> PathBuf {
     let name = output.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -130,7 +170,7 @@ fn partial_name(output: &Path) -> PathBuf {
 pub async fn get(reader: &Reader, d: &AnyDigest, output: Option<&Path>) -> Result<()> {
     let (len, mut body) = reader.download(d).await?;
     let bar = progress(len);
-    let mut hasher = Hasher::for_digest(d);
+    let mut hasher = Verifier::new(d);
     let tmp = output.map(partial_name);
     let mut sink: Box<dyn Write> = match (&tmp, output) {
         (Some(t), Some(o)) => {
@@ -151,10 +191,7 @@ pub async fn get(reader: &Reader, d: &AnyDigest, output: Option<&Path>) -> Resul
     .await;
     bar.finish_and_clear();
     drop(sink);
-    let verified = written.and_then(|()| match hasher.finish() {
-        actual if actual == d.to_string() => Ok(()),
-        actual => Err(ClientError::DigestMismatch { expected: d.to_string(), actual }),
-    });
+    let verified = written.and_then(|()| hasher.finish());
     match (verified, tmp, output) {
         (Ok(()), Some(t), Some(o)) => std::fs::rename(&t, o).map_err(|e| ClientError::file(o, e)),
         (Err(e), Some(t), _) => {

@@ -750,3 +750,16 @@ async fn search_prints_answers_and_follows_the_cursor() {
     let out = r.run(&["search", "("], None).await;
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("invalid_argument"));
 }
+
+/// A label the caller gives that a command sets too (`tool`) is the caller's value, not a
+/// label given twice, which the store refuses.
+#[tokio::test]
+async fn the_callers_labels_win_over_the_commands_own() {
+    let srv = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let r = Run::remote(&srv, dir.path());
+    let v = r.json(&["exec", "--limit", "10", "--label", "tool=build", "--", "seq", "1", "1000"], None).await;
+    assert_eq!(v["stdout"]["saved"], true, "{v}");
+    let refs = r.json(&["refs", "--label", "tool=build"], None).await;
+    assert_eq!(refs["refs"][0]["labels"]["stream"], "stdout");
+}

@@ -1,0 +1,119 @@
+"""LangChain integration: cap any tool's output with a receipt for the rest, and give a model
+the store's readers (``read``, ``grep``, ``search``) as tools.
+
+Needs ``langchain-core`` (``pip install './python[langchain]'``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from langchain_core.tools import BaseTool, StructuredTool
+
+from . import AsyncStore, Store, spill
+from ._spillway import tool_descriptions
+
+__all__ = ["capped_tool", "store_tools"]
+
+# Room kept under the cap for the receipt's other fields and its JSON escapes.
+_RECEIPT_ROOM = 4096
+
+
+def _as_text(out: Any) -> str:
+    if isinstance(out, str):
+        return out
+    if isinstance(out, bytes):
+        return out.decode("utf-8", errors="replace")
+    content = getattr(out, "content", None)
+    if isinstance(content, str):
+        return content
+    try:
+        return json.dumps(out, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(out)
+
+
+def _capped(out: Any, cap: int, strategy: str, target: Any, labels: dict[str, str]) -> str:
+    """What the model reads of `out`: the output itself when it fits (secrets marked), else the
+    receipt, as JSON, within `cap` bytes."""
+    text = _as_text(out)
+    preview_cap = cap
+    while True:
+        receipt = spill(text, target=target, strategy=strategy, cap=preview_cap, labels=labels)
+        if not receipt["truncated"]:
+            return receipt["result"]
+        body = json.dumps(receipt, ensure_ascii=False)
+        size = len(body.encode())
+        if size <= cap or preview_cap <= _RECEIPT_ROOM:
+            return body
+        preview_cap = max(_RECEIPT_ROOM, preview_cap - (size - cap) - 256)
+
+
+class _CappedTool(BaseTool):
+    """A tool whose answers stay under a cap, with a receipt for the rest."""
+
+    inner: BaseTool
+    cap: int = 100_000
+    strategy: str = "head_tail"
+    target: Any = None
+
+    def _labels(self) -> dict[str, str]:
+        return {"tool": self.inner.name[:256]}
+
+    def _run(self, *args: Any, **kwargs: Any) -> str:
+        kwargs.pop("run_manager", None)
+        out = self.inner.invoke(kwargs if kwargs else (args[0] if args else {}))
+        return _capped(out, self.cap, self.strategy, self.target, self._labels())
+
+    async def _arun(self, *args: Any, **kwargs: Any) -> str:
+        kwargs.pop("run_manager", None)
+        out = await self.inner.ainvoke(kwargs if kwargs else (args[0] if args else {}))
+        return await asyncio.to_thread(_capped, out, self.cap, self.strategy, self.target, self._labels())
+
+
+def capped_tool(tool: BaseTool, cap: int = 100_000, strategy: str = "head_tail", target: Any = None) -> BaseTool:
+    """Wraps any LangChain tool so that what it returns to the model stays within `cap` bytes:
+    an output that fits comes back as it is (secrets marked); a longer one comes back as a
+    receipt — the preview `strategy` cuts (``head``, ``tail``, ``head_tail``,
+    ``numbered_lines``, ``reject``) and the digest of the full output, saved to `target` (a
+    `Store`, a `LocalDir`, or ``None``: ``SPILLWAY_URL`` when set, else ``./.outputs``).
+
+    Inside deepagents, which moves tool results of more than about 80,000 characters to its
+    own files, pass a lower cap (say 60,000) so that Spillway's receipt is what the model gets.
+    """
+    return _CappedTool(
+        name=tool.name,
+        description=tool.description,
+        args_schema=tool.args_schema,
+        inner=tool,
+        cap=cap,
+        strategy=strategy,
+        target=target,
+    )
+
+
+def store_tools(store: Store | AsyncStore) -> list[BaseTool]:
+    """The store's readers as tools for a model: ``read`` (a capped page of a saved output),
+    ``grep`` (matching lines of one output) and ``search`` (matching lines across every output,
+    narrowed by labels and time), with the descriptions `spillway mcp` gives them. Everything
+    they show is redacted: they feed a model."""
+    sync = store.store if isinstance(store, AsyncStore) else store
+    described = tool_descriptions()
+    tools: list[BaseTool] = []
+    for name in ("read", "grep", "search"):
+        description, schema = described[name]
+
+        def call(_name: str = name, **kwargs: Any) -> str:
+            return sync._tool(_name, kwargs)[0]
+
+        async def acall(_name: str = name, **kwargs: Any) -> str:
+            return (await asyncio.to_thread(sync._tool, _name, kwargs))[0]
+
+        tools.append(
+            StructuredTool.from_function(
+                func=call, coroutine=acall, name=name, description=description, args_schema=schema
+            )
+        )
+    return tools
