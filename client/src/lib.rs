@@ -57,6 +57,7 @@ pub mod error;
 pub mod gate;
 pub mod local;
 pub mod mcp;
+pub mod output;
 pub mod reader;
 pub mod receipt;
 pub mod spill;

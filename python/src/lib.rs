@@ -18,8 +18,9 @@ use pyo3::{create_exception, IntoPyObjectExt};
 use serde_json::Value;
 use spillway_api::{AnyDigest, ErrorCode};
 use spillway_client::capture::{self, ExecOptions};
+use spillway_client::output::{self, SpillOptions};
 use spillway_client::receipt::Readers;
-use spillway_client::spill::{self, SpillOptions, SpillTarget};
+use spillway_client::spill::{self, SpillTarget};
 use spillway_client::truncate::{Redaction, Strategy};
 use spillway_client::{conn, gate, reader::Reader, transfer, ClientError, StoreClient};
 
@@ -607,7 +608,7 @@ fn spill_output(
         readers: Readers::Mcp,
         ..SpillOptions::default()
     };
-    match wait(py, spill::spill(data, &*target, &opts)) {
+    match wait(py, output::spill(data, &*target, &opts)) {
         Ok(receipt) => answer(py, &receipt),
         Err(rejected) => Err(raise("too_large", None, rejected.to_string())),
     }
