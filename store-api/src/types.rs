@@ -381,8 +381,28 @@ pub struct RetentionSummary {
     /// Bytes with no metadata row (left by a crash) that were deleted.
     #[serde(default)]
     pub orphans_deleted: u64,
+    /// Raw copies of compacted blobs (their chunks are the blob) that were deleted.
+    #[serde(default)]
+    pub raw_copies_deleted: u64,
+    /// Packs of chunks no compacted blob needed any more that were deleted.
+    #[serde(default)]
+    pub packs_deleted: u64,
+    /// Bytes of those packs.
+    #[serde(default)]
+    pub pack_bytes_freed: u64,
     /// True when nothing was changed.
     pub dry_run: bool,
+}
+
+/// What one compaction pass did (`spillway-server compact`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionSummary {
+    /// Raw blobs turned into chunk lists.
+    pub blobs_compacted: u64,
+    /// Their raw bytes.
+    pub bytes_before: u64,
+    /// What their chunks added to the store (chunks already stored add nothing).
+    pub bytes_after: u64,
 }
 
 /// An optional whole number from any JSON number that is one (`3` or `3.0`: JSON has no

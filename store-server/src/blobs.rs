@@ -297,6 +297,8 @@ pub struct BlobStore {
     local_root: Option<PathBuf>,
     /// `file://` stores: open blob files, for ranged reads.
     open_files: Arc<OpenFiles>,
+    /// `file://` stores: open pack files.
+    pack_files: Arc<OpenFiles<String>>,
     /// Object stores: blocks of blobs read lately (see [`BlobStore::with_read_cache`]).
     blocks: Option<Arc<BlockCache>>,
     /// `file://` stores: this process's directory for bodies being received.
@@ -309,29 +311,42 @@ pub struct BlobStore {
 /// Most blob files kept open.
 const OPEN_FILES_MAX: usize = 256;
 
-/// Open blob files by digest, so that a capped read is one `pread` rather than open, fstat,
-/// seek, read and close on the blocking pool. A digest names its content, so a descriptor
-/// always reads the right bytes; a deletion closes it, so that the space is freed.
-#[derive(Debug, Default)]
-struct OpenFiles {
-    map: std::sync::Mutex<std::collections::HashMap<Digest, Arc<std::fs::File>>>,
+/// Open blob (or pack) files by digest (or id), so that a capped read is one `pread` rather
+/// than open, fstat, seek, read and close on the blocking pool. A digest names its content
+/// and a pack is never rewritten, so a descriptor always reads the right bytes; a deletion
+/// closes it, so that the space is freed.
+#[derive(Debug)]
+struct OpenFiles<K = Digest> {
+    map: std::sync::Mutex<std::collections::HashMap<K, Arc<std::fs::File>>>,
 }
 
-impl OpenFiles {
-    fn get(&self, d: &Digest) -> Option<Arc<std::fs::File>> {
+impl<K> Default for OpenFiles<K> {
+    fn default() -> Self {
+        Self { map: Default::default() }
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> OpenFiles<K> {
+    fn get<Q: std::hash::Hash + Eq + ?Sized>(&self, d: &Q) -> Option<Arc<std::fs::File>>
+    where
+        K: std::borrow::Borrow<Q>,
+    {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).get(d).cloned()
     }
 
-    fn put(&self, d: Digest, file: Arc<std::fs::File>) {
+    fn put(&self, d: K, file: Arc<std::fs::File>) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if map.len() >= OPEN_FILES_MAX {
-            let any = *map.keys().next().expect("a full map has a key");
+            let any = map.keys().next().expect("a full map has a key").clone();
             map.remove(&any);
         }
         map.insert(d, file);
     }
 
-    fn forget(&self, d: &Digest) {
+    fn forget<Q: std::hash::Hash + Eq + ?Sized>(&self, d: &Q)
+    where
+        K: std::borrow::Borrow<Q>,
+    {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(d);
     }
 }
@@ -384,6 +399,11 @@ fn blob_key(d: &Digest) -> Path {
     Path::from(format!("blobs/{}/{hex}", &hex[..2]))
 }
 
+/// Where a pack of chunks is stored (`id`: 32 hex).
+fn pack_key(id: &str) -> Path {
+    Path::from(format!("packs/{}/{id}", &id[..2]))
+}
+
 /// Closes a directory made before (by an older version, or by hand) to other users.
 pub(crate) async fn make_private(dir: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
@@ -424,6 +444,7 @@ impl BlobStore {
                     store,
                     local_root: None,
                     open_files: Arc::default(),
+                    pack_files: Arc::default(),
                     blocks: None,
                     staging: None,
                     syncs: Arc::default(),
@@ -455,6 +476,7 @@ impl BlobStore {
             store,
             local_root: Some(root),
             open_files: Arc::default(),
+            pack_files: Arc::default(),
             blocks: None,
             staging: Some(Arc::new(staging)),
             syncs: Arc::default(),
@@ -790,6 +812,91 @@ impl BlobStore {
             Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Writes a pack of compressed chunks (`chunks.rs`) under its id, durably: on disk the
+    /// file and its directory are fsynced before this returns (it is referenced, and raw copies
+    /// removed, only after); on S3 the PUT is acknowledged once stored.
+    pub async fn put_pack(&self, id: &str, data: Bytes) -> Result<(), BlobError> {
+        let key = pack_key(id);
+        match &self.local_root {
+            Some(root) => {
+                let dest = root.join(key.as_ref());
+                tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+                    use std::io::Write;
+                    let dir = dest.parent().expect("a pack has a directory").to_path_buf();
+                    std::fs::create_dir_all(&dir)?;
+                    let tmp = dir.join(format!(".{}.partial", uuid::Uuid::new_v4().simple()));
+                    let written = (|| {
+                        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+                        f.write_all(&data)?;
+                        f.sync_data()?;
+                        std::fs::rename(&tmp, &dest)?;
+                        fsync_dir(&dir)
+                    })();
+                    if written.is_err() {
+                        let _ = std::fs::remove_file(&tmp);
+                    }
+                    written
+                })
+                .await??;
+                self.syncs.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
+            None => {
+                self.store.put(&key, data.into()).await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Bytes `range` of a pack.
+    pub async fn get_pack_range(&self, id: &str, range: Range<u64>) -> Result<Bytes, BlobError> {
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        match &self.local_root {
+            Some(root) => {
+                let file = match self.pack_files.get(id) {
+                    Some(f) => f,
+                    None => {
+                        let path = root.join(pack_key(id).as_ref());
+                        let f = Arc::new(tokio::task::spawn_blocking(move || std::fs::File::open(path)).await??);
+                        self.pack_files.put(id.to_owned(), f.clone());
+                        f
+                    }
+                };
+                read_at(file, range).await
+            }
+            None => Ok(self.store.get_range(&pack_key(id), range).await?),
+        }
+    }
+
+    /// Deletes a pack; one already gone counts as deleted.
+    pub async fn delete_pack(&self, id: &str) -> Result<(), BlobError> {
+        let deleted = match self.store.delete(&pack_key(id)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        };
+        self.pack_files.forget(id);
+        deleted
+    }
+
+    /// Every stored pack: its id, size and when it was written (milliseconds since the epoch).
+    pub fn list_packs(&self) -> BoxStream<'_, Result<(String, u64, i64), BlobError>> {
+        self.store
+            .list(Some(&Path::from("packs")))
+            .filter_map(|meta| async move {
+                match meta {
+                    Ok(m) => {
+                        let name = m.location.filename()?;
+                        let valid = name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit());
+                        valid.then(|| Ok((name.to_owned(), m.size, m.last_modified.timestamp_millis())))
+                    }
+                    Err(e) => Some(Err(e.into())),
+                }
+            })
+            .boxed()
     }
 
     /// Checks that the store answers, for `/readyz`.

@@ -67,6 +67,10 @@ pub struct Config {
     /// An operator's own kinds of secret, in gitleaks' TOML rule format, added to the built-in
     /// ones for every redacted read (`--redact-rules`).
     pub redact_rules: Option<PathBuf>,
+    /// Raw blobs written longer ago than this are compacted into chunks.
+    pub compact_after: Duration,
+    /// How often the server runs a compaction pass.
+    pub compact_interval: Duration,
 }
 
 impl Config {
@@ -100,6 +104,8 @@ impl Config {
             max_heavy_requests: 16,
             search_budget: Duration::from_millis(1000),
             redact_rules: None,
+            compact_after: Duration::from_secs(300),
+            compact_interval: Duration::from_secs(60),
         }
     }
 

@@ -139,6 +139,7 @@ impl From<DbError> for ApiError {
                 tracing::error!(cause = ?cause, "blob storage failed inside a transaction");
                 Self::Unavailable("blob storage is unavailable; retry".into())
             }
+            DbError::Conflict => Self::Unavailable("a concurrent change came first; retry".into()),
             DbError::Corrupt { .. } => Self::internal(err),
             DbError::Statement(cause) => Self::internal(cause),
         }

@@ -63,6 +63,18 @@ impl Heavy {
     }
 }
 
+impl Heavy {
+    /// Runs background work (compaction) on the pool's low-priority threads, outside the
+    /// request limit; the handle gives its result.
+    pub fn spawn_background<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(work)
+    }
+}
+
 impl Drop for Heavy {
     fn drop(&mut self) {
         // Dropped from inside another runtime (a test's, the server's): do not block on it.

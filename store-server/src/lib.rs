@@ -6,7 +6,9 @@
 pub mod auth;
 pub mod blobs;
 mod cache;
+pub mod chunks;
 pub mod clock;
+pub mod compaction;
 pub mod config;
 pub mod cursor;
 pub mod db;

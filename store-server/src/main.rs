@@ -114,6 +114,12 @@ struct ServeOpts {
     /// A gitleaks TOML rules file: more kinds of secret for redacted reads, beside the built-in ones.
     #[arg(long, env = "SPILLWAY_REDACT_RULES")]
     redact_rules: Option<PathBuf>,
+    /// Seconds after which a blob is compacted into compressed, deduplicated chunks.
+    #[arg(long, env = "SPILLWAY_COMPACT_AFTER", default_value_t = 300)]
+    compact_after: u64,
+    /// Seconds between compaction passes.
+    #[arg(long, env = "SPILLWAY_COMPACT_INTERVAL", default_value_t = 60)]
+    compact_interval: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -123,6 +129,15 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Compact now every blob not yet compacted (beside a running server, or alone) and print
+    /// {"blobs_compacted", "bytes_before", "bytes_after"}.
+    Compact {
+        /// Only blobs written more than this many seconds ago.
+        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        older_than: u64,
+    },
+    /// Print what the store holds: {"stored_bytes", "logical_bytes", "blobs"}.
+    Stats,
     /// Run one retention pass and print a JSON summary line.
     Retention {
         /// Report what would be deleted without deleting it.
@@ -203,6 +218,8 @@ impl ServeOpts {
         c.max_heavy_requests = self.max_heavy_requests.max(1);
         c.search_budget = Duration::from_millis(self.search_budget_ms.max(1));
         c.redact_rules = self.redact_rules.clone();
+        c.compact_after = Duration::from_secs(self.compact_after);
+        c.compact_interval = Duration::from_secs(self.compact_interval.max(1));
     }
 }
 
@@ -234,7 +251,7 @@ async fn main() -> anyhow::Result<()> {
     match &cli.command {
         None => cli.serve.apply(&mut config),
         Some(Command::Retention { retention, .. }) => retention.apply(&mut config),
-        Some(Command::Token { .. }) => {}
+        Some(Command::Token { .. } | Command::Compact { .. } | Command::Stats) => {}
     }
     let state = spillway_server::build_state(config, Arc::new(SystemClock)).await?;
     match cli.command {
@@ -290,6 +307,12 @@ async fn main() -> anyhow::Result<()> {
             anyhow::ensure!(state.db.revoke_token(&id).await?, "no token has id {id:?} (see `token list`)");
             eprintln!("revoked {id}: every replica refuses it within 30 seconds");
         }
+        Some(Command::Compact { older_than }) => {
+            let summary =
+                spillway_server::compaction::run_compaction_once(&state, Duration::from_secs(older_than)).await?;
+            println!("{}", serde_json::to_string(&summary)?);
+        }
+        Some(Command::Stats) => println!("{}", serde_json::to_string(&state.db.storage_stats().await?)?),
         Some(Command::Retention { dry_run, .. }) => {
             let summary = spillway_server::run_retention_once(&state, dry_run).await?;
             println!("{}", serde_json::to_string(&summary)?);

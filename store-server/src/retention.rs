@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use spillway_api::{Digest, RetentionSummary};
 use tokio_util::sync::CancellationToken;
 
@@ -55,10 +54,26 @@ pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Resu
     // than the deletion lease too (an upload takes seconds there, the lease minutes) are
     // orphans, whatever the grace.
     sweep_orphans(state, cutoff.min(stale_before), now, &mut s).await?;
+    // Packs whose chunks no list needs any more, then packs a crashed compaction left.
+    collect_packs(state, &mut s, now, stale_before).await?;
+    sweep_orphan_packs(state, stale_before, now, &mut s).await?;
+    report_storage(state).await;
     metrics::counter!("spillway_retention_expired_refs_total").increment(s.references_expired);
     metrics::counter!("spillway_retention_deleted_blobs_total").increment(s.blobs_deleted);
     metrics::counter!("spillway_retention_freed_bytes_total").increment(s.bytes_freed);
     Ok(s)
+}
+
+/// Sets the gauges of what the store holds (`spillway_stored_bytes`, `spillway_logical_bytes`)
+/// from the database, after a pass changed it.
+pub async fn report_storage(state: &AppState) {
+    match state.db.storage_stats().await {
+        Ok(s) => {
+            metrics::gauge!("spillway_stored_bytes").set(s.stored_bytes as f64);
+            metrics::gauge!("spillway_logical_bytes").set(s.logical_bytes as f64);
+        }
+        Err(e) => tracing::warn!(cause = %e, "could not count the stored bytes"),
+    }
 }
 
 /// Runs a bounded batch until it does less than a page; the total it did.
@@ -111,10 +126,11 @@ where
 
 /// Bytes with no row, written before `cutoff` (a crash between publication and the row):
 /// each is claimed with a `deleting` row first and deleted like any claimed blob, so an
-/// upload of the same content takes the row back rather than racing the deletion.
+/// upload of the same content takes the row back rather than racing the deletion. And raw
+/// copies of compacted blobs, whatever their age.
 async fn sweep_orphans(state: &AppState, cutoff: i64, now: i64, s: &mut RetentionSummary) -> anyhow::Result<()> {
     use futures::TryStreamExt;
-    let mut listed = state.blobs.list().try_filter(|(_, _, written)| std::future::ready(*written <= cutoff)).boxed();
+    let mut listed = state.blobs.list();
     let mut batch = Vec::with_capacity(PAGE as usize);
     loop {
         let next = listed.try_next().await?;
@@ -125,8 +141,16 @@ async fn sweep_orphans(state: &AppState, cutoff: i64, now: i64, s: &mut Retentio
         }
         let digests: Vec<Digest> = batch.iter().map(|(d, _, _)| *d).collect();
         let known = state.db.known_blobs(&digests).await?;
-        for (digest, size, _) in batch.drain(..) {
-            if !known.contains(&digest)
+        // Raw copies of compacted blobs (a compaction that stopped between its commit and the
+        // removal, or a re-upload of compacted content): their chunks are the blob.
+        for digest in state.db.chunked_blobs(&digests).await? {
+            if delete_raw_copy(state, &digest).await? {
+                s.raw_copies_deleted += 1;
+            }
+        }
+        for (digest, size, written) in batch.drain(..) {
+            if written <= cutoff
+                && !known.contains(&digest)
                 && state.db.claim_orphan(&digest, now).await?
                 && delete_claimed(state, &digest).await?
             {
@@ -149,7 +173,78 @@ pub async fn delete_claimed(state: &AppState, digest: &Digest) -> anyhow::Result
     let remove = Box::new(move || -> futures::future::BoxFuture<'static, Result<(), crate::blobs::BlobError>> {
         Box::pin(async move { blobs.delete(&d).await })
     });
-    Ok(state.db.delete_claimed(digest, remove).await??.is_some())
+    let deleted = state.db.delete_claimed(digest, remove).await??.is_some();
+    if deleted {
+        state.blob_rows.forget(digest);
+        state.chunks.forget(digest);
+    }
+    Ok(deleted)
+}
+
+/// Removes the raw copy of a compacted blob, under its row lock (`Db::delete_raw_copy`).
+pub async fn delete_raw_copy(state: &AppState, digest: &Digest) -> anyhow::Result<bool> {
+    let (blobs, d) = (state.blobs.clone(), *digest);
+    let remove = Box::new(move || -> futures::future::BoxFuture<'static, Result<(), crate::blobs::BlobError>> {
+        Box::pin(async move { blobs.delete(&d).await })
+    });
+    Ok(state.db.delete_raw_copy(digest, remove).await??)
+}
+
+/// Claims and deletes the live packs no blob's chunk list needs, then the deletions of packs a
+/// crashed pass left half-done (`db/chunks.rs` for the invariant).
+async fn collect_packs(state: &AppState, s: &mut RetentionSummary, now: i64, stale_before: i64) -> anyhow::Result<()> {
+    let mut after: Option<String> = None;
+    loop {
+        let page = state.db.unreferenced_packs(after.as_deref(), PAGE).await?;
+        for (id, size) in &page {
+            if state.db.claim_pack(id, now).await? && delete_claimed_pack(state, id).await? {
+                s.packs_deleted += 1;
+                s.pack_bytes_freed += size;
+            }
+        }
+        match page.last() {
+            Some((last, _)) if page.len() as i64 == PAGE => after = Some(last.clone()),
+            _ => break,
+        }
+    }
+    for (id, size) in state.db.stale_pack_deletions(stale_before, PAGE).await? {
+        if delete_claimed_pack(state, &id).await? {
+            s.packs_deleted += 1;
+            s.pack_bytes_freed += size;
+        }
+    }
+    Ok(())
+}
+
+/// Packs with no row, written before `cutoff` (a compaction that crashed before its commit):
+/// claimed with a `deleting` row, then deleted like any claimed pack.
+async fn sweep_orphan_packs(state: &AppState, cutoff: i64, now: i64, s: &mut RetentionSummary) -> anyhow::Result<()> {
+    use futures::TryStreamExt;
+    let listed: Vec<(String, u64, i64)> = state.blobs.list_packs().try_collect().await?;
+    let old: Vec<(String, u64)> =
+        listed.into_iter().filter(|(_, _, written)| *written <= cutoff).map(|(id, size, _)| (id, size)).collect();
+    let ids: Vec<String> = old.iter().map(|(id, _)| id.clone()).collect();
+    let known = state.db.known_packs(&ids).await?;
+    for (id, size) in old {
+        if !known.contains(&id)
+            && state.db.claim_orphan_pack(&id, size, now).await?
+            && delete_claimed_pack(state, &id).await?
+        {
+            tracing::info!(pack = %id, size, "deleted a pack that had no metadata row");
+            s.packs_deleted += 1;
+            s.pack_bytes_freed += size;
+        }
+    }
+    Ok(())
+}
+
+/// Second phase for one claimed pack: its object, then its chunk rows and its row, holding it.
+async fn delete_claimed_pack(state: &AppState, id: &str) -> anyhow::Result<bool> {
+    let (blobs, pack) = (state.blobs.clone(), id.to_owned());
+    let remove = Box::new(move || -> futures::future::BoxFuture<'static, Result<(), crate::blobs::BlobError>> {
+        Box::pin(async move { blobs.delete_pack(&pack).await })
+    });
+    Ok(state.db.delete_claimed_pack(id, remove).await??.is_some())
 }
 
 /// Runs a pass every `interval` until `cancel` fires. Failures are logged and retried next time.

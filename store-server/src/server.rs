@@ -36,8 +36,10 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
     let cursors = crate::cursor::Cursors::new(&db.server_key("cursor").await?);
     let heavy = Arc::new(crate::heavy::Heavy::new(config.heavy_threads, config.max_heavy_requests)?);
     let redactor = Arc::new(redactor(config.redact_rules.as_deref()).await?);
+    let chunks = Arc::new(crate::chunks::ChunkReader::new(config.read_cache_bytes));
     Ok(AppState::new(crate::state::Shared {
         redactor,
+        chunks,
         text: crate::text::TextCache::new(config.text_cache_bytes).map(Arc::new),
         reserve: Arc::new(reserve),
         visibility,
@@ -116,9 +118,12 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let cancel = CancellationToken::new();
     let retention = tokio::spawn(run_retention(state.clone(), state.config.retention_interval, cancel.clone()));
+    let compaction =
+        tokio::spawn(crate::compaction::run_compaction(state.clone(), state.config.compact_interval, cancel.clone()));
     let config = state.config.clone();
     crate::listen::accept_loop(listener, router(state), &config, shutdown).await;
     cancel.cancel();
     let _ = retention.await;
+    let _ = compaction.await;
     Ok(())
 }

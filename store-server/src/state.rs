@@ -63,6 +63,8 @@ pub struct Shared {
     pub heavy: Arc<crate::heavy::Heavy>,
     /// Finds the secrets a redacted read shows as marks (built-in kinds and `--redact-rules`).
     pub redactor: Arc<spillway_api::redact::Detector>,
+    /// Reads compacted blobs (their chunk lists and chunks, cached).
+    pub chunks: Arc<crate::chunks::ChunkReader>,
 }
 
 /// Counts of the rare branches of the write path, per server.
@@ -189,8 +191,10 @@ impl Drop for Waiter {
 /// Most blob rows kept; the cache is emptied when it is full.
 const BLOB_ROWS_MAX: usize = 4096;
 
-/// Blob rows (size, lines, line index) by digest. A digest names its content, so a row never
-/// changes; only visibility, which is always asked of the database, does.
+/// Blob rows (size, lines, line index) by digest. A digest names its content, so these never
+/// change; only visibility, which is always asked of the database, and the layout of the
+/// bytes (raw, then compacted; raw again if deleted and uploaded anew), which a read that
+/// finds the bytes moved asks again (`store::blob_range`).
 #[derive(Default, Debug)]
 pub struct BlobRowCache {
     map: Mutex<HashMap<Digest, Arc<crate::db::BlobRow>>>,
@@ -200,6 +204,11 @@ impl BlobRowCache {
     /// The cached row of `digest`.
     pub fn get(&self, digest: &Digest) -> Option<Arc<crate::db::BlobRow>> {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).get(digest).cloned()
+    }
+
+    /// Forgets a row (its blob was deleted: the same content may come back laid out anew).
+    pub fn forget(&self, digest: &Digest) {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(digest);
     }
 
     /// Remembers a row.

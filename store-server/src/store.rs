@@ -2,16 +2,18 @@
 //! visibility in a namespace (with its caches) and a stored blob as a paging source. Handlers
 //! call it; they never import each other.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::StreamExt;
 use spillway_api::paging::lines::{Checkpoint, LineIndex};
 use spillway_api::paging::Source;
-use spillway_api::{AnyDigest, Digest, Namespace};
+use spillway_api::{AnyDigest, Namespace};
 
 use crate::blobs::BlobError;
-use crate::blobs::BlobStore;
 use crate::db::BlobRow;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -51,38 +53,102 @@ pub(crate) enum PageAsk {
 
 /// A page of a stored blob from its escaped text (`text.rs`), or `None` when that page is to
 /// be cut the usual way (a small inline blob, no text cache, a page that is not plain text).
-pub(crate) async fn escaped_page(state: &AppState, row: &BlobRow, ask: PageAsk) -> ApiResult<Option<EscapedPage>> {
+pub(crate) async fn escaped_page(state: &AppState, row: &Arc<BlobRow>, ask: PageAsk) -> ApiResult<Option<EscapedPage>> {
     let (Some(text), None) = (&state.text, &row.inline_data) else {
         return Ok(None);
     };
     let blob = TextBlob { digest: &row.digest, size: row.size, lines: row.lines, line_index: &row.line_index };
-    let fetch = |r: std::ops::Range<u64>| state.blobs.get_range(&row.digest, row.size, r);
+    let fetch = |r: Range<u64>| blob_range(state, row, r);
     Ok(match ask {
         PageAsk::Bytes { offset, limit } => text.byte_page(blob, offset, limit, fetch).await?,
         PageAsk::Lines { line, lines } => text.line_page(blob, line, lines, fetch).await?,
     })
 }
 
+/// Bytes `range` of a stored blob, wherever they are now: in its row (inline), in its raw
+/// copy, or in its chunks once compacted. A row read before a compaction (here or on another
+/// replica), or before a deletion and a new upload of the same content, may name a layout
+/// that is gone: the bytes are then read as the row says now.
+pub async fn blob_range(state: &AppState, row: &BlobRow, range: Range<u64>) -> Result<Bytes, BlobError> {
+    if let Some(data) = &row.inline_data {
+        return Ok(Bytes::copy_from_slice(&data[range.start as usize..range.end as usize]));
+    }
+    match range_as(state, row, range.clone()).await {
+        Err(BlobError::NotFound) => match moved(state, row).await? {
+            Some(now) => range_as(state, &now, range).await,
+            None => Err(BlobError::NotFound),
+        },
+        other => other,
+    }
+}
+
+async fn range_as(state: &AppState, row: &BlobRow, range: Range<u64>) -> Result<Bytes, BlobError> {
+    if row.chunked {
+        state.chunks.read(&state.db, &state.blobs, &row.digest, range).await
+    } else {
+        state.blobs.get_range(&row.digest, row.size, range).await
+    }
+}
+
+/// Bytes `range` of a stored blob as a stream (a full download), wherever they are.
+pub async fn blob_stream(
+    state: &AppState,
+    row: &BlobRow,
+    range: Range<u64>,
+) -> Result<BoxStream<'static, Result<Bytes, BlobError>>, BlobError> {
+    if let Some(data) = &row.inline_data {
+        let data = Bytes::copy_from_slice(&data[range.start as usize..range.end as usize]);
+        return Ok(futures::stream::once(async move { Ok(data) }).boxed());
+    }
+    match stream_as(state, row, range.clone()).await {
+        Err(BlobError::NotFound) => match moved(state, row).await? {
+            Some(now) => stream_as(state, &now, range).await,
+            None => Err(BlobError::NotFound),
+        },
+        other => other,
+    }
+}
+
+async fn stream_as(
+    state: &AppState,
+    row: &BlobRow,
+    range: Range<u64>,
+) -> Result<BoxStream<'static, Result<Bytes, BlobError>>, BlobError> {
+    if row.chunked {
+        // Its chunk list read afresh: a download must not begin from a list that is gone.
+        state.chunks.forget(&row.digest);
+        state.chunks.stream(&state.db, &state.blobs, &row.digest, range).await
+    } else {
+        state.blobs.get_stream(&row.digest, range).await
+    }
+}
+
+/// The blob's row as the database has it now, when its layout is not the one `row` named
+/// (the cached row is renewed); `None` when it is the same, or gone.
+async fn moved(state: &AppState, row: &BlobRow) -> Result<Option<Arc<BlobRow>>, BlobError> {
+    let fresh = state.db.blob_row(&row.digest).await.map_err(|e| BlobError::Storage(e.into()))?;
+    Ok(match fresh {
+        Some(now) if now.chunked != row.chunked => {
+            let now = Arc::new(now);
+            state.blob_rows.put(now.clone());
+            state.chunks.forget(&row.digest);
+            Some(now)
+        }
+        _ => None,
+    })
+}
+
 /// A stored blob as a read source.
 pub struct BlobSource {
-    pub blobs: BlobStore,
-    pub digest: Digest,
-    pub size: u64,
-    pub lines: u64,
-    pub index: LineIndex,
-    pub inline: Option<Bytes>,
+    state: AppState,
+    row: Arc<BlobRow>,
+    index: LineIndex,
 }
 
 impl BlobSource {
-    pub fn new(state: &AppState, row: &BlobRow) -> ApiResult<Self> {
-        Ok(Self {
-            blobs: state.blobs.clone(),
-            digest: row.digest,
-            size: row.size,
-            lines: row.lines,
-            index: LineIndex::decode(&row.line_index),
-            inline: row.inline_data.clone().map(Bytes::from),
-        })
+    /// The blob of `row`, for the paging code.
+    pub fn new(state: &AppState, row: &Arc<BlobRow>) -> ApiResult<Self> {
+        Ok(Self { state: state.clone(), row: row.clone(), index: LineIndex::decode(&row.line_index) })
     }
 }
 
@@ -90,13 +156,13 @@ impl BlobSource {
 impl Source for BlobSource {
     type Error = BlobError;
     fn size(&self) -> u64 {
-        self.size
+        self.row.size
     }
     fn total_lines(&self) -> u64 {
-        self.lines
+        self.row.lines
     }
     fn digest(&self) -> Option<String> {
-        Some(self.digest.to_string())
+        Some(self.row.digest.to_string())
     }
     async fn checkpoint_for_offset(&self, offset: u64) -> Result<Checkpoint, BlobError> {
         Ok(self.index.for_offset(offset))
@@ -105,9 +171,6 @@ impl Source for BlobSource {
         Ok(self.index.for_line(line))
     }
     async fn read(&self, start: u64, end: u64) -> Result<Bytes, BlobError> {
-        if let Some(data) = &self.inline {
-            return Ok(data.slice(start as usize..end as usize));
-        }
-        self.blobs.get_range(&self.digest, self.size, start..end).await
+        blob_range(&self.state, &self.row, start..end).await
     }
 }

@@ -177,7 +177,7 @@ async fn sealed(state: &AppState, ns: &Namespace, id: &StreamId, digest: &Digest
         .visible_blob(ns, digest, state.now())
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("stream {id}")))?;
-    Ok(Content::Sealed(BlobSource::new(state, &blob)?))
+    Ok(Content::Sealed(BlobSource::new(state, &std::sync::Arc::new(blob))?))
 }
 
 #[async_trait]

@@ -157,6 +157,11 @@ impl TestServer {
         }
     }
 
+    /// One compaction pass over every raw blob, whatever its age.
+    pub async fn compact(&self) -> spillway_api::CompactionSummary {
+        crate::compaction::run_compaction_once(&self.state, std::time::Duration::ZERO).await.expect("compaction")
+    }
+
     /// One retention pass.
     pub async fn retention(&self) -> spillway_api::RetentionSummary {
         crate::run_retention_once(&self.state, false).await.expect("retention")

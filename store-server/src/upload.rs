@@ -180,6 +180,7 @@ fn blob_row(staged: &Staged) -> BlobRow {
         lines: staged.lines,
         line_index: staged.index.encode(),
         inline_data: staged.inline().map(|b| b.to_vec()),
+        chunked: false,
     }
 }
 

@@ -30,6 +30,8 @@ pub struct BlobRow {
     pub line_index: Vec<u8>,
     /// The bytes themselves, for a blob small enough to be stored inline.
     pub inline_data: Option<Vec<u8>>,
+    /// Compacted: its bytes are its chunk list (`blob_chunks`), no longer a raw copy.
+    pub chunked: bool,
 }
 
 impl BlobRow {
@@ -130,6 +132,14 @@ fn blob_from_row(r: &AnyRow) -> DbResult<BlobRow> {
         lines: r.try_get::<i64, _>("lines")? as u64,
         line_index: r.try_get("line_index")?,
         inline_data: r.try_get("inline_data")?,
+        chunked: {
+            let layout: String = r.try_get("layout")?;
+            match layout.as_str() {
+                "raw" => false,
+                "chunked" => true,
+                _ => return Err(DbError::corrupt("blob layout", layout)),
+            }
+        },
     })
 }
 
@@ -297,7 +307,7 @@ impl Db {
     /// The blob if `namespace` holds a live reference to it.
     pub async fn visible_blob(&self, ns: &Namespace, digest: &Digest, now: i64) -> DbResult<Option<BlobRow>> {
         let sql = format!(
-            "SELECT digest, sha256, size, lines, line_index, inline_data FROM blobs b \
+            "SELECT digest, sha256, size, lines, line_index, inline_data, layout FROM blobs b \
              WHERE {VISIBLE} AND b.digest = $3 AND b.state = 'live'"
         );
         let row = sqlx::query(&sql).bind(ns.as_str()).bind(now).bind(digest.hex()).fetch_optional(&self.pool).await?;
@@ -312,7 +322,7 @@ impl Db {
         now: i64,
     ) -> DbResult<Option<BlobRow>> {
         let sql = format!(
-            "SELECT digest, sha256, size, lines, line_index, inline_data FROM blobs b \
+            "SELECT digest, sha256, size, lines, line_index, inline_data, layout FROM blobs b \
              WHERE {VISIBLE} AND b.sha256 = $3 AND b.state = 'live' LIMIT 1"
         );
         let row = sqlx::query(&sql).bind(ns.as_str()).bind(now).bind(sha256.hex()).fetch_optional(&self.pool).await?;
@@ -374,7 +384,7 @@ impl Db {
     /// A live blob's row whatever its references (its fields depend only on its content).
     pub async fn blob_row(&self, digest: &Digest) -> DbResult<Option<BlobRow>> {
         let row =
-            sqlx::query("SELECT digest, sha256, size, lines, line_index, inline_data FROM blobs WHERE digest = $1 AND state = 'live'")
+            sqlx::query("SELECT digest, sha256, size, lines, line_index, inline_data, layout FROM blobs WHERE digest = $1 AND state = 'live'")
                 .bind(digest.hex())
                 .fetch_optional(&self.pool)
                 .await?;

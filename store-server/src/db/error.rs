@@ -34,6 +34,10 @@ pub enum DbError {
     /// A statement failed otherwise.
     #[error("database statement failed")]
     Statement(#[source] DriverError),
+    /// What a transaction set out from no longer held (another writer changed it first); it
+    /// wrote nothing.
+    #[error("a concurrent change came first; nothing was written")]
+    Conflict,
 }
 
 /// Results of the database layer.

@@ -7,6 +7,7 @@
 //! readers (on their own connections, thanks to WAL) never wait behind it.
 
 mod blobs;
+mod chunks;
 mod error;
 mod keys;
 mod pool;
@@ -16,6 +17,7 @@ mod streams;
 mod tokens;
 
 pub use blobs::{AddRef, BlobRow, BlobState, Complete, NewRef, RefRow, Referenced};
+pub use chunks::{ChunkLoc, Compacted, NewPack, StorageStats};
 pub use error::{DbError, DbResult};
 pub use pool::{Backend, Db};
 pub use search::{SearchOutput, MAX_SEARCH_OUTPUTS};

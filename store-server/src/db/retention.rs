@@ -272,6 +272,8 @@ impl Db {
                 if let Err(e) = remove().await {
                     return Ok(Err(e));
                 }
+                // A compacted blob's chunk list goes with it; its packs go once no list needs them.
+                sqlx::query("DELETE FROM blob_chunks WHERE blob = $1").bind(&digest).execute(&mut *c).await?;
                 sqlx::query("DELETE FROM blobs WHERE digest = $1 AND state = 'deleting'")
                     .bind(&digest)
                     .execute(&mut *c)

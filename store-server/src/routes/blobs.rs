@@ -180,13 +180,12 @@ pub(super) async fn get_blob(
         Some(r) => (StatusCode::PARTIAL_CONTENT, r.clone()),
         None => (StatusCode::OK, 0..row.size),
     };
-    let digest = row.digest;
     let len = span.end - span.start;
     metrics::counter!("spillway_bytes_out_total").increment(len);
     let body = match &row.inline_data {
         Some(data) => Body::from(data[span.start as usize..span.end as usize].to_vec()),
         None => {
-            let stream = state.blobs.get_stream(&digest, span.clone()).await?;
+            let stream = crate::store::blob_stream(&state, &row, span.clone()).await?;
             Body::from_stream(stream.map_err(|e| std::io::Error::other(e.to_string())))
         }
     };

@@ -14,6 +14,7 @@ mod redact;
 mod replicas;
 mod retention;
 mod search;
+mod storage;
 mod streams;
 mod stress;
 mod support;
