@@ -28,8 +28,6 @@ use crate::db::{ChunkLoc, Compacted, NewPack};
 use crate::state::AppState;
 
 const PAGE: i64 = 200;
-/// How long the compaction lease lasts unless renewed (each blob renews it).
-const LEASE_MS: i64 = 120_000;
 const LEASE: &str = "compaction";
 
 /// This process, as the lease's holder.
@@ -42,7 +40,8 @@ fn holder() -> &'static str {
 pub async fn run_compaction_once(state: &AppState, older_than: Duration) -> anyhow::Result<CompactionSummary> {
     let mut s = CompactionSummary::default();
     let now = state.now();
-    if !state.db.take_lease(LEASE, holder(), now, now + LEASE_MS).await? {
+    let lease = state.config.compaction_lease.as_millis() as i64;
+    if !state.db.take_lease(LEASE, holder(), now, now + lease).await? {
         tracing::debug!("another server is compacting");
         return Ok(s);
     }
@@ -54,7 +53,7 @@ pub async fn run_compaction_once(state: &AppState, older_than: Duration) -> anyh
             for (digest, size) in &page {
                 let now = state.now();
                 anyhow::ensure!(
-                    state.db.take_lease(LEASE, holder(), now, now + LEASE_MS).await?,
+                    state.db.take_lease(LEASE, holder(), now, now + lease).await?,
                     "the compaction lease was lost"
                 );
                 match compact_one(state, digest, *size).await {
