@@ -186,6 +186,30 @@ async fn uploads_survive_retention_on_every_replica() {
     }
 }
 
+/// The same on chunks: every replica also compacts (every 200 ms, blobs of any age), so that
+/// uploads, re-uploads of compacted content, deletions of compacted blobs and of packs, and
+/// compactions all meet; one replica holds the compaction lease at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn uploads_survive_retention_and_compaction_on_every_replica() {
+    let a = TestServer::start_with(|c| {
+        c.retention_interval = Duration::from_secs(1);
+        c.retention_grace = Duration::from_secs(1);
+        c.compact_after = Duration::ZERO;
+        c.compact_interval = Duration::from_millis(200);
+        c.compaction_lease = Duration::from_secs(2);
+    })
+    .await;
+    let b = a.replica().await;
+    let c = a.replica().await;
+    let clients: Vec<StoreClient> = [&a, &b, &c].iter().map(|s| s.client()).collect();
+    upload_against_retention(clients, target()).await;
+    let stats = a.state.db.storage_stats().await.unwrap();
+    eprintln!("stress with compaction: {stats:?}");
+    for s in [a, b, c] {
+        s.stop().await;
+    }
+}
+
 /// The `spillway-server` binary the workspace built beside this test binary.
 fn server_binary() -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
