@@ -130,6 +130,8 @@ struct Blob<'a> {
     list: Vec<(Digest, u64)>,
     /// Chunks of this blob already packed (a blob can repeat itself).
     own: HashSet<Digest>,
+    /// Chunks already stored that its list reuses.
+    reused: Vec<ChunkLoc>,
     size: u64,
 }
 
@@ -145,7 +147,13 @@ impl Blob<'_> {
         for ((offset, bytes), digest) in pieces.into_iter().zip(digests) {
             self.list.push((digest, offset));
             self.size += bytes.len() as u64;
-            if stored.contains_key(&digest) || !self.own.insert(digest) {
+            if let Some(loc) = stored.get(&digest) {
+                if self.own.insert(digest) {
+                    self.reused.push(loc.clone());
+                }
+                continue;
+            }
+            if !self.own.insert(digest) {
                 continue;
             }
             let frame = chunks::compress(&bytes)?;
@@ -163,12 +171,48 @@ impl Blob<'_> {
 /// Compacts one raw blob; the bytes its new chunks take, or `None` when it is no longer a live
 /// raw blob (deleted, or compacted meanwhile).
 async fn compact_one(state: &AppState, digest: &Digest, size: u64) -> anyhow::Result<Option<u64>> {
+    match prepare(state, digest, size).await? {
+        Some(prepared) => finish(state, digest, prepared).await,
+        None => Ok(None),
+    }
+}
+
+/// A blob's compaction written but not yet recorded: its packs are stored, nothing names them.
+#[derive(Debug)]
+pub struct Prepared {
+    record: Compacted,
+}
+
+impl Prepared {
+    /// The packs the blob's list points into that this compaction did not write (chunks
+    /// already stored).
+    pub fn reused_packs(&self) -> HashSet<String> {
+        let own: HashSet<&str> = self.record.packs.iter().map(|p| p.id.as_str()).collect();
+        let mut named = HashSet::new();
+        for c in &self.record.chunks {
+            named.insert(c.pack.clone());
+        }
+        named.retain(|p| !own.contains(p.as_str()));
+        named
+    }
+
+    async fn discard(&self, state: &AppState) {
+        for p in &self.record.packs {
+            let _ = state.blobs.delete_pack(&p.id).await;
+        }
+    }
+}
+
+/// First half of a blob's compaction: its raw bytes read and cut, its new chunks compressed
+/// into packs and written. `None` when the blob is gone.
+pub async fn prepare(state: &AppState, digest: &Digest, size: u64) -> anyhow::Result<Option<Prepared>> {
     let mut raw = match state.blobs.get_stream(digest, 0..size).await {
         Ok(s) => s,
         Err(BlobError::NotFound) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let mut blob = Blob { state, packs: Packs::default(), list: Vec::new(), own: HashSet::new(), size: 0 };
+    let mut blob =
+        Blob { state, packs: Packs::default(), list: Vec::new(), own: HashSet::new(), reused: Vec::new(), size: 0 };
     let mut chunker = Chunker::default();
     let read = async {
         while let Some(bytes) = raw.next().await {
@@ -185,10 +229,22 @@ async fn compact_one(state: &AppState, digest: &Digest, size: u64) -> anyhow::Re
         blob.packs.discard(state).await;
         return Err(e);
     }
-    let stored: u64 = blob.packs.written.iter().map(|p| p.size).sum();
-    let record = Compacted { packs: blob.packs.written.clone(), chunks: blob.packs.chunks.clone(), list: blob.list };
+    let mut chunks = blob.packs.chunks.clone();
+    chunks.extend(blob.reused);
+    Ok(Some(Prepared { record: Compacted { packs: blob.packs.written.clone(), chunks, list: blob.list } }))
+}
+
+/// Second half: the compaction recorded (the invariant of `db/chunks.rs`), then the raw copy
+/// removed. `None` (its packs removed) when the blob is no longer a live raw blob, or a pack
+/// it reuses is being deleted: the blob stays raw, for a later pass.
+pub async fn finish(state: &AppState, digest: &Digest, prepared: Prepared) -> anyhow::Result<Option<u64>> {
+    let stored: u64 = prepared.record.packs.iter().map(|p| p.size).sum();
+    let mut record = prepared.record.clone();
+    // Only the chunks this compaction wrote are recorded as new; the reused ones have rows.
+    let own: HashSet<String> = record.packs.iter().map(|p| p.id.clone()).collect();
+    record.chunks.retain(|c| own.contains(&c.pack));
     if !state.db.commit_compaction(digest, record, state.now()).await? {
-        blob.packs.discard(state).await;
+        prepared.discard(state).await;
         return Ok(None);
     }
     // The chunks are the blob now: its raw copy goes (a reader that has it open reads on).

@@ -215,3 +215,96 @@ async fn a_reference_made_while_retention_waits_keeps_its_grace() {
     assert_eq!(since, None, "a blob with a live reference was marked unreferenced");
     srv.stop().await;
 }
+
+/// A compacted blob deleted by the steps a retention pass takes, leaving its packs unneeded.
+async fn delete_blob(srv: &TestServer, d: &Digest) {
+    srv.client().delete(*d).await.unwrap();
+    let now = srv.state.now();
+    srv.state.db.mark_unreferenced(now).await.unwrap();
+    assert!(srv.state.db.claim_for_deletion(d, now, now).await.unwrap());
+    finish(&srv.state, d).await;
+}
+
+/// Two outputs that share all but their ends; the first compacted into its packs, then
+/// deleted: its packs hold chunks the second (still raw) will need. Returns the second's
+/// digest and bytes, and the first's packs.
+async fn shared_then_orphaned(srv: &TestServer) -> (Digest, Bytes, Vec<String>) {
+    let c = srv.client();
+    let first: Bytes = (0..60_000).map(|i| format!("shared line {i}\n")).collect::<String>().into();
+    let mut second = first.to_vec();
+    second.extend_from_slice(b"and one more\n");
+    let d1 = c.put(first, &ttl(3600)).await.unwrap().digest;
+    srv.compact().await;
+    let packs: Vec<String> =
+        srv.state.db.unreferenced_packs(None, 100).await.unwrap().into_iter().map(|p| p.0).collect();
+    assert!(packs.is_empty(), "the first blob needs its packs");
+    let second = Bytes::from(second);
+    let d2 = c.put(second.clone(), &ttl(3600)).await.unwrap().digest;
+    delete_blob(srv, &d1).await;
+    let packs: Vec<String> =
+        srv.state.db.unreferenced_packs(None, 100).await.unwrap().into_iter().map(|p| p.0).collect();
+    assert!(!packs.is_empty(), "nothing needs the first blob's packs now");
+    (d2, second, packs)
+}
+
+/// A compaction that found chunks in a pack, then a retention pass claims that pack before the
+/// compaction commits: the commit sees the claim and gives up (the blob stays raw and whole,
+/// the compaction's own packs go); the deletion goes on; the next compaction writes its own
+/// copies.
+#[tokio::test]
+async fn a_pack_claimed_before_a_compaction_commits_is_not_reused() {
+    let srv = TestServer::start_with(|c| c.retention_grace = Duration::ZERO).await;
+    let (d2, second, packs) = shared_then_orphaned(&srv).await;
+    let prepared = spillway_server::compaction::prepare(&srv.state, &d2, second.len() as u64).await.unwrap().unwrap();
+    assert!(packs.iter().all(|p| prepared.reused_packs().contains(p)), "it reuses the orphaned packs' chunks");
+    let now = srv.state.now();
+    for p in &packs {
+        assert!(srv.state.db.claim_pack(p, now).await.unwrap(), "retention claims the unneeded pack");
+    }
+    let done = spillway_server::compaction::finish(&srv.state, &d2, prepared).await.unwrap();
+    assert_eq!(done, None, "the compaction gives up");
+    assert_eq!(srv.state.db.blob_row(&d2).await.unwrap().map(|r| r.chunked), Some(false), "still raw");
+    // The claiming pass stopped there; the next one past the deletion lease finishes it.
+    srv.clock.advance_secs(400);
+    let s = srv.retention().await;
+    assert_eq!(s.packs_deleted as usize, packs.len(), "the claimed packs go: {s:?}");
+    let got = srv.client().get(d2).await.unwrap().bytes().await.unwrap();
+    assert_eq!(got, second);
+    assert_eq!(srv.compact().await.blobs_compacted, 1, "the next pass compacts it, with copies of its own");
+    assert_eq!(srv.client().get(d2).await.unwrap().bytes().await.unwrap(), second);
+    srv.stop().await;
+}
+
+/// The other order: the compaction commits first; retention then finds the packs needed and
+/// leaves them.
+#[tokio::test]
+async fn a_pack_a_compaction_committed_to_is_not_claimed() {
+    let srv = TestServer::start_with(|c| c.retention_grace = Duration::ZERO).await;
+    let (d2, second, packs) = shared_then_orphaned(&srv).await;
+    let prepared = spillway_server::compaction::prepare(&srv.state, &d2, second.len() as u64).await.unwrap().unwrap();
+    assert!(spillway_server::compaction::finish(&srv.state, &d2, prepared).await.unwrap().is_some());
+    let now = srv.state.now();
+    for p in &packs {
+        assert!(!srv.state.db.claim_pack(p, now).await.unwrap(), "the pack is needed again");
+    }
+    let s = srv.retention().await;
+    assert_eq!(s.packs_deleted, 0, "{s:?}");
+    assert_eq!(srv.client().get(d2).await.unwrap().bytes().await.unwrap(), second);
+    srv.stop().await;
+}
+
+/// A raw copy is removed only while its blob is compacted: once the compacted blob was deleted
+/// and the same content uploaded again (raw), the removal finds the row raw and leaves it.
+#[tokio::test]
+async fn a_raw_copy_is_never_removed_under_a_raw_row() {
+    let srv = TestServer::start_with(|c| c.retention_grace = Duration::ZERO).await;
+    let c = srv.client();
+    let data: Bytes = "compacted, deleted, uploaded again\n".repeat(20_000).into();
+    let d = c.put(data.clone(), &ttl(3600)).await.unwrap().digest;
+    srv.compact().await;
+    delete_blob(&srv, &d).await;
+    c.put(data.clone(), &ttl(3600)).await.unwrap();
+    assert!(!spillway_server::retention::delete_raw_copy(&srv.state, &d).await.unwrap(), "the row is raw");
+    assert_eq!(c.get(d).await.unwrap().bytes().await.unwrap(), data);
+    srv.stop().await;
+}
