@@ -34,7 +34,7 @@ pub const MAX_CHUNK: usize = 256 << 10;
 pub const PACK_TARGET: usize = 32 << 20;
 /// zstd's level for chunks: the measured best ratio for the compaction's time budget
 /// (docs/benchmarks.md, "Storage v2").
-pub const LEVEL: i32 = 9;
+pub const LEVEL: i32 = 3;
 /// Chunks read ahead of the one a full download sends.
 const READ_AHEAD: usize = 4;
 

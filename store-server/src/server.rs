@@ -117,6 +117,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let cancel = CancellationToken::new();
+    let st = state.clone();
+    tokio::spawn(async move { crate::retention::report_storage(&st).await });
     let retention = tokio::spawn(run_retention(state.clone(), state.config.retention_interval, cancel.clone()));
     let compaction =
         tokio::spawn(crate::compaction::run_compaction(state.clone(), state.config.compact_interval, cancel.clone()));

@@ -189,6 +189,43 @@ fn redacted_tokens_are_listed_and_read_marks_only() {
     assert!(code == 200 && body.contains("[REDACTED:github_token]") && !body.contains("ghp_"), "{code} {body}");
 }
 
+/// `compact` (beside a running server) and `stats` print their JSON: what the pass did, and
+/// stored against logical bytes before and after.
+#[test]
+fn compact_and_stats_print_what_they_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = data.to_str().unwrap();
+    let server = start(dir.path(), &["--listen", "127.0.0.1:0", "--data-dir", d]);
+    let token = std::fs::read_to_string(data.join("token")).unwrap();
+    let log: String = (0..50_000).map(|i| format!("2026-12-02 build step {i}: ok\n")).collect();
+    let (code, _) = send(&server.addr, "POST", "/v1/blobs", token.trim(), log.as_bytes());
+    assert_eq!(code, 201);
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = run(args, &data);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let before = json(&["stats"]);
+    assert_eq!(before["stored_bytes"], before["logical_bytes"]);
+    assert_eq!((before["logical_bytes"].as_u64(), before["blobs"].as_u64()), (Some(log.len() as u64), Some(1)));
+    assert_eq!(json(&["compact", "--older-than", "3600"])["blobs_compacted"], 0, "nothing is that old");
+    let pass = json(&["compact"]);
+    assert_eq!((pass["blobs_compacted"].as_u64(), pass["bytes_before"].as_u64()), (Some(1), Some(log.len() as u64)));
+    let after = json(&["stats"]);
+    assert_eq!(after["stored_bytes"], pass["bytes_after"]);
+    assert!(after["stored_bytes"].as_u64().unwrap() * 10 < log.len() as u64, "{after}");
+    // The running server reads it from its chunks.
+    let digest = format!("blake3:{}", blake3_hex(log.as_bytes()));
+    let (code, body) =
+        send(&server.addr, "GET", &format!("/v1/blobs/{digest}/read?line=40000&lines=1"), token.trim(), b"");
+    assert!(code == 200 && body.contains("build step 39999: ok"), "{code} {body}");
+}
+
+fn blake3_hex(data: &[u8]) -> String {
+    spillway_api::Digest::of(data).hex()
+}
+
 /// A request with a body, by hand; answers the status line's code and the body.
 fn send(addr: &str, method: &str, path: &str, token: &str, body: &[u8]) -> (u16, String) {
     let head = format!(

@@ -48,6 +48,16 @@ pub fn install_metrics() -> Option<&'static PrometheusHandle> {
                 metrics::describe_counter!(*name, metrics::Unit::Count, *help);
                 metrics::counter!(*name).absolute(0);
             }
+            for (name, help) in [
+                (
+                    "spillway_stored_bytes",
+                    "Bytes the store holds: raw blobs not yet compacted, and live packs of chunks.",
+                ),
+                ("spillway_logical_bytes", "Bytes of the live blobs, each distinct blob once."),
+            ] {
+                metrics::describe_gauge!(name, metrics::Unit::Bytes, help);
+                metrics::gauge!(name).set(0.0);
+            }
             metrics::describe_counter!("spillway_http_requests_total", "HTTP requests by method, route and status.");
             metrics::describe_histogram!(
                 "spillway_http_request_duration_seconds",

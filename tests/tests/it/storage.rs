@@ -110,6 +110,10 @@ async fn compacted_blobs_read_exactly_as_they_did_raw() {
         assert_eq!(&answers(&oc, rec, *seed).await, want);
     }
     assert_eq!(srv.compact().await.blobs_compacted, 0, "nothing left to compact");
+    let metrics = reqwest::get(format!("{}/metrics", srv.metrics_url)).await.unwrap().text().await.unwrap();
+    for gauge in ["spillway_stored_bytes", "spillway_logical_bytes"] {
+        assert!(metrics.lines().any(|l| l.starts_with(&format!("{gauge} "))), "{gauge} on the metrics listener");
+    }
     other.stop().await;
     srv.stop().await;
 }
