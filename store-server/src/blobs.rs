@@ -394,6 +394,9 @@ impl std::fmt::Debug for BlobStore {
     }
 }
 
+/// How long a local staged copy outlives its upload's answer (see [`BlobStore::discard`]).
+const DISCARD_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn blob_key(d: &Digest) -> Path {
     let hex = d.hex();
     Path::from(format!("blobs/{}/{hex}", &hex[..2]))
@@ -634,6 +637,18 @@ impl BlobStore {
     /// Removes the temporary copy of staged bytes (published or not) and waits for it, so that
     /// an answer is sent after the clean-up. Dropping a `Staged` also removes it.
     pub async fn discard(&self, staged: Staged) {
+        // A local copy is unlinked a while after the answer: freeing the blocks of a copy never
+        // linked (its content was stored already) costs more than dropping the name of one that
+        // was published, in this upload's commit or the next one's, and timing would tell the
+        // two apart. A second later the cost falls on whatever upload happens to be running.
+        // (A crash before leaves it in the staging directory, which startup empties.)
+        if matches!(staged.tmp.tmp, Tmp::Local(_)) {
+            tokio::spawn(async move {
+                tokio::time::sleep(DISCARD_DELAY).await;
+                staged.tmp.remove().await;
+            });
+            return;
+        }
         staged.tmp.remove().await;
     }
 
@@ -657,13 +672,25 @@ impl BlobStore {
                 let (tmp, dest, syncs) = (tmp.clone(), root.join(key.as_ref()), self.syncs.clone());
                 Some(Box::new(move || {
                     Box::pin(async move {
-                        match tokio::fs::hard_link(&tmp, &dest).await {
-                            Ok(()) => {}
-                            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                            Err(e) => return Err(e.into()),
-                        }
                         let dir = dest.parent().map(FsPath::to_path_buf).unwrap_or_default();
-                        tokio::task::spawn_blocking(move || fsync_dir(&dir)).await??;
+                        tokio::task::spawn_blocking(move || {
+                            match std::fs::hard_link(&tmp, &dest) {
+                                Ok(()) => {}
+                                // Stored already: the directory is changed all the same (a
+                                // name linked and unlinked), so that its fsync commits as much
+                                // as a new blob's and timing does not tell them apart. (A crash
+                                // between the two leaves a `.dedup` name, which no read sees.)
+                                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                                    let twin = dest.with_extension("dedup");
+                                    if std::fs::hard_link(&tmp, &twin).is_ok() {
+                                        let _ = std::fs::remove_file(&twin);
+                                    }
+                                }
+                                Err(e) => return Err(e),
+                            }
+                            fsync_dir(&dir)
+                        })
+                        .await??;
                         syncs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         Ok(())
                     })

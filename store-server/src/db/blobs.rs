@@ -277,6 +277,15 @@ fn hold_row_natively(c: &rusqlite::Connection, b: &BlobRow, now: i64, hint: Opti
                     now,
                     b.inline_data
                 ])?,
+            // Inline content held already is written again, row and index entries alike (the
+            // same values): the commit of a re-upload dirties as many pages as a new row's, so
+            // timing does not tell them apart.
+            Hold::Keep if b.inline_data.is_some() => c
+                .prepare_cached(
+                    "UPDATE blobs SET unreferenced_since = NULL, digest = ?1, sha256 = ?2, inline_data = ?3 \
+                     WHERE digest = ?1 AND state = 'live'",
+                )?
+                .execute(rusqlite::params![b.digest.hex(), b.sha256.hex(), b.inline_data])?,
             Hold::Keep => c
                 .prepare_cached("UPDATE blobs SET unreferenced_since = NULL WHERE digest = ?1 AND state = 'live'")?
                 .execute(rusqlite::params![b.digest.hex()])?,
