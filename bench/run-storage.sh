@@ -7,9 +7,11 @@
 #  2. a 50 MB log (1.3 M lines): capped 100 KB reads at random offsets and line pages at line 1
 #     and 999,000, raw then compacted; a full GET of it compacted against `zstd -d` of the
 #     same bytes to /dev/null;
-#  3. 4 KiB PUTs and capped reads while a compaction of the corpus runs, against the same
-#     without it.
-# Usage: bench/run-storage.sh   (ROUNDS=N for more rounds of 2 and 3)
+#  3. 4 KiB PUTs and capped reads while a compaction runs, slice by slice against the same
+#     without it;
+#  4. the corpus on PostgreSQL + S3 (scripts/pg-start, spillway-s3-server): the S3 requests
+#     a compaction makes, and stored/logical there.
+# Usage: bench/run-storage.sh   (ROUNDS=N rounds of 3; PARTS="1 2 3 4" the parts to run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/common.sh
@@ -23,6 +25,8 @@ out="$work/results.jsonl"
 say() { echo "$1" | tee -a "$out"; }
 secs() { python3 -c "import time; print(time.time())"; }
 
+part() { [[ " ${PARTS:-1 2 3 4} " == *" $1 "* ]]; }
+if part 1; then
 echo "== 1. the corpus: $(ls "$corpus" | wc -l) outputs, $(du -sb "$corpus" | cut -f1) bytes"
 target/release/spillway-corpus "$corpus" | tee -a "$out"
 zstd_bytes=0
@@ -42,10 +46,16 @@ pass=$(target/release/spillway-server compact --data-dir "$work/data")
 t2=$(secs)
 say "{\"measure\": \"compaction\", \"pass\": $pass, \"compact_s\": $(python3 -c "print(round($t2-$t1,2))"), \"zstd_3_T1_s\": $(python3 -c "print(round($t1-$t0,2))")}"
 say "{\"measure\": \"compacted_stats\", \"stats\": $(target/release/spillway-server stats --data-dir "$work/data")}"
+else
+  export SPILLWAY_COMPACT_AFTER=999999999
+  start_spillway "$work/data" 17901
+  export SPILLWAY_URL=http://127.0.0.1:17901
+fi
 
-echo "== 2. one 50 MB log, raw then compacted"
 big=$($load --target spillway --url $SPILLWAY_URL seed --size 1300000 --lines)
 lines=$($load --target spillway --url $SPILLWAY_URL seed --size 1000000 --lines)
+if part 2; then
+echo "== 2. one 50 MB log, raw then compacted"
 read_round() { # state
   with_cpu "$spw" $load --target spillway --url $SPILLWAY_URL --concurrency 16 --label "$1 capped 100 KB read" \
     range --name "$big" --size 50000000 --secs 10 | tee -a "$out"
@@ -70,23 +80,60 @@ for round in 1 2 3; do
   say "{\"measure\": \"full_get_compacted\", \"round\": $round, \"bytes\": $(stat -c %s "$work/big.log"), \"get_s\": $(python3 -c "print(round($t2-$t1,3))"), \"zstd_d_s\": $(python3 -c "print(round($t1-$t0,3))")}"
 done
 
+fi
+
+if part 3; then
 echo "== 3. small PUTs and capped reads beside the server's own compaction (its niced heavy pool)"
-busy_round() { # label
+# Each round: a slice of load on a fresh server that does not compact, then new bytes to
+# compact (the corpus twice with its lines reversed: no chunk in common with what is stored),
+# then the same slice on a fresh server that compacts them meanwhile. The slices are short and
+# side by side, so both see the same database; the log tells whether the pass was still going
+# when the slice ended.
+slice() { # label
   with_cpu "$spw" $load --target spillway --url $SPILLWAY_URL --concurrency 16 --label "$1 PUT 4 KiB" \
-    put --size 4096 --count 20000 | tee -a "$out"
+    put --size 4096 --count 4000 | tee -a "$out"
   with_cpu "$spw" $load --target spillway --url $SPILLWAY_URL --concurrency 16 --label "$1 capped 100 KB read" \
-    range --name "$big" --size 50000000 --secs 8 | tee -a "$out"
+    range --name "$big" --size 50000000 --secs 3 | tee -a "$out"
 }
 restart() { kill "$spw"; wait "$spw" 2>/dev/null || true; start_spillway "$work/data" 17901; }
-for round in $(seq 1 "${ROUNDS:-2}"); do
-  busy_round "quiet r$round"
-  # New bytes to compact: the corpus with its lines in reverse order (no chunk in common).
-  for f in "$corpus"/*; do { echo "round $round"; tac "$f"; } | target/release/spillway put --label busy=$round >/dev/null; done
-  before=$(target/release/spillway-server stats --data-dir "$work/data")
-  SPILLWAY_COMPACT_AFTER=0 SPILLWAY_COMPACT_INTERVAL=1 restart
-  t0=$(secs)
-  busy_round "compacting r$round"
-  t1=$(secs)
-  say "{\"measure\": \"busy_compaction\", \"round\": $round, \"busy_s\": $(python3 -c "print(round($t1-$t0,1))"), \"before\": $before, \"after\": $(target/release/spillway-server stats --data-dir "$work/data")}"
-  SPILLWAY_COMPACT_AFTER=999999999 restart
+for round in $(seq 1 "${ROUNDS:-3}"); do
+  restart
+  slice "quiet r$round"
+  for copy in a b; do
+    for f in "$corpus"/*; do { echo "round $round$copy"; tac "$f"; } | target/release/spillway put >/dev/null; done
+  done
+  kill "$spw"; wait "$spw" 2>/dev/null || true
+  SPILLWAY_COMPACT_AFTER=0 SPILLWAY_COMPACT_INTERVAL=1 RUST_LOG=warn,spillway_server::compaction=info \
+    target/release/spillway-server --data-dir "$work/data" --listen 127.0.0.1:17901 >"$work/compacting.log" 2>&1 &
+  spw=$!
+  wait_ready "$work/data" 17901
+  slice "compacting r$round"
+  running=$(grep -q "compaction pass" "$work/compacting.log" && echo false || echo true)
+  say "{\"measure\": \"busy_compaction\", \"round\": $round, \"still_compacting_at_slice_end\": $running}"
+  # Let the pass end before the next round.
+  for _ in $(seq 300); do grep -q "compaction pass" "$work/compacting.log" && break; sleep 0.2; done
 done
+fi
+
+part 4 || exit 0
+echo "== 4. the same corpus on PostgreSQL + S3: requests per GiB stored, and the ratio there"
+kill "$spw"; wait "$spw" 2>/dev/null || true
+admin=$(scripts/pg-start)
+db="spw_storage_$$"
+psql "$admin" -qc "CREATE DATABASE $db" >/dev/null
+mkdir -p "$work/s3/bench"
+export AWS_ENDPOINT=http://127.0.0.1:19001 AWS_ACCESS_KEY_ID=spillway-test AWS_SECRET_ACCESS_KEY=spillway-test-secret \
+  AWS_REGION=us-east-1 AWS_ALLOW_HTTP=true
+export SPILLWAY_DATABASE_URL="${admin%/*}/$db" SPILLWAY_BLOB_STORE=s3://bench/spill
+target/release/spillway-s3-server 127.0.0.1:19001 "$work/s3" >"$work/s3-counts" 2>/dev/null &
+s3=$!
+trap 'kill $spw $s3 2>/dev/null; wait 2>/dev/null; psql "$admin" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1' EXIT
+start_spillway "$work/s3-data" 17902
+trap 'kill $spw $s3 2>/dev/null; wait 2>/dev/null; psql "$admin" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1' EXIT
+export SPILLWAY_URL=http://127.0.0.1:17902
+ls "$corpus"/* | xargs -P 4 -n 1 target/release/spillway put >/dev/null
+counts() { kill -USR1 "$s3"; sleep 0.5; tail -1 "$work/s3-counts"; }
+before=$(counts)
+pass=$(target/release/spillway-server compact --data-dir "$work/s3-data")
+after=$(counts)
+say "{\"measure\": \"s3_compaction\", \"pass\": $pass, \"requests_before\": $before, \"requests_after\": $after, \"stats\": $(target/release/spillway-server stats --data-dir "$work/s3-data")}"

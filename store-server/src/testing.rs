@@ -11,7 +11,7 @@ use crate::auth::{create_token, Scope};
 use crate::clock::ManualClock;
 use crate::{AppState, Config};
 
-pub use crate::testing_backend::{is_remote, serve_s3};
+pub use crate::testing_backend::{is_remote, s3_request_counts, serve_s3};
 
 /// Every scope.
 pub const ALL: &[Scope] = &[Scope::Read, Scope::Write, Scope::Admin];

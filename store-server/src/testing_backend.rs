@@ -77,6 +77,12 @@ pub(crate) fn s3_requests(url: &str, kind: &str) -> u64 {
     seen.iter().filter(|((b, k), _)| b == bucket && *k == kind).map(|(_, n)| n).sum()
 }
 
+/// Every request the S3 server of this process received, as (bucket, kind, count).
+pub fn s3_request_counts() -> Vec<(String, &'static str, u64)> {
+    let seen = S3_REQUESTS.lock().unwrap_or_else(|e| e.into_inner());
+    seen.iter().map(|((b, k), n)| (b.clone(), *k, *n)).collect()
+}
+
 /// Serves the S3 protocol over `root` on `listener` until the process ends.
 pub async fn serve_s3(listener: tokio::net::TcpListener, root: std::path::PathBuf) {
     use hyper::service::Service;
