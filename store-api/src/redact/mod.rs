@@ -56,11 +56,34 @@ fn mixed(s: &[u8]) -> bool {
 /// boolean or `null`.
 fn assigned_value(s: &[u8]) -> bool {
     let lower = s.to_ascii_lowercase();
+    let word = lower.strip_suffix(b")").unwrap_or(&lower);
+    let word = word.strip_suffix(b")").unwrap_or(word);
     !(s.is_empty()
         || s.starts_with(b"$")
         || s.starts_with(b"<")
         || s.iter().all(|&b| b == b'*' || b == b'x' || b == b'X')
-        || matches!(lower.as_slice(), b"null" | b"none" | b"true" | b"false" | b"undefined" | b"nil"))
+        || matches!(word, b"null" | b"none" | b"true" | b"false" | b"undefined" | b"nil")
+        || looks_like_code(s, &lower))
+}
+
+/// A value that is source code rather than a secret — a type, a reference, a call, a path
+/// into a module, a field — as `git log -p`, diffs and files read back are full of
+/// (`token: Option<String>`, `password: &str`, `let token = self.token.clone()`). gitleaks
+/// keeps such rules apart from code by an allowlist of the same shapes.
+fn looks_like_code(s: &[u8], lower: &[u8]) -> bool {
+    const TYPES: &[&[u8]] = &[
+        b"str", b"string", b"bool", b"bytes", b"int", b"integer", b"number", b"object", b"any", b"impl", b"u8", b"u16",
+        b"u32", b"u64", b"usize", b"i32", b"i64", b"vec", b"option", b"self",
+    ];
+    let ident_end = s.iter().position(|b| !(b.is_ascii_alphanumeric() || *b == b'_' || *b == b'.')).unwrap_or(s.len());
+    TYPES.contains(&lower)
+        || s.starts_with(b"&")
+        || s.starts_with(b"(")
+        || s.starts_with(b":")
+        || lower.starts_with(b"self.")
+        || memchr::memmem::find(s, b"::").is_some()
+        // An identifier followed by a call or type parameters: `Option<String>`, `token.into()`.
+        || (ident_end > 0 && matches!(s.get(ident_end), Some(b'(' | b'<')))
 }
 
 /// The kinds of api.md v1.2, in the order of its table. Each pattern says where its shape comes
@@ -155,7 +178,7 @@ const KINDS: &[Kind] = &[
     // `password_policy=strict` and `max_tokens=4096` stay).
     Kind {
         name: "password",
-        pattern: r#"(?i:password|passwd|secret|token|api_key|apikey)["']?\s*[:=]\s*(?:"([^"\r\n]{1,1024})"|'([^'\r\n]{1,1024})'|([^\s"',;{}\[\]]{1,1024}))"#,
+        pattern: r#"(?i:password|passwd|secret|token|api_key|apikey)["']?[ \t]*[:=][ \t]*(?:"([^"\r\n]{1,1024})"|'([^'\r\n]{1,1024})'|([^\s"',;{}\[\]]{1,1024}))"#,
         specificity: 20,
         check: assigned_value,
     },

@@ -83,6 +83,17 @@ pub const CLEAN: &[&str] = &[
     "see https://example.com:8443/path?q=1",
     "kind: Secret",
     "sha512-9f2c4e7a1b3d5f6e8c0a2b4d6f8e0c1a3b5d7f9e1c3a5b7d9f1e3c5a7b9d1f3e==",
+    // `ls -laR`: a directory named like a key, and the next line.
+    "/usr/share/doc/python3-token:\ntotal 8",
+    // Source code (`git log -p`, a diff, a file read back): types, calls, fields.
+    "    token: Option<String>,",
+    "fn login(user: &str, password: &str) -> Result<()> {",
+    "        let token = self.token.clone();",
+    "    let api_key = std::env::var(\"API_KEY\")?;",
+    "    let secret = Secret::new(bytes);",
+    "        password: None,",
+    "    token: String,",
+    "    let token = token.into();",
 ];
 
 /// Every sample on a line of its own, after a line that shares nothing with the secrets.
