@@ -37,7 +37,12 @@ const EMPTY_CONTENT: &[u8] = br#""content":""}"#;
 
 impl IntoResponse for EscapedJson {
     fn into_response(self) -> Response {
-        let EscapedPage { page, content } = self.0;
+        let EscapedPage { mut page, content } = self.0;
+        // `redactions` follows `content`: written after it, by hand.
+        let end = match page.redactions.take() {
+            Some(n) => Bytes::from(format!("\",\"redactions\":{n}}}")),
+            None => Bytes::from_static(b"\"}"),
+        };
         let mut fields = match sonic_rs::to_vec(&page) {
             Ok(out) if out.ends_with(EMPTY_CONTENT) => out,
             Ok(_) => return crate::error::ApiError::internal("a page's last field is not its content").into_response(),
@@ -47,7 +52,7 @@ impl IntoResponse for EscapedJson {
         let mut pieces = VecDeque::with_capacity(content.len() + 2);
         pieces.push_back(Bytes::from(fields));
         pieces.extend(content.into_iter().filter(|p| !p.is_empty()));
-        pieces.push_back(Bytes::from_static(b"\"}"));
+        pieces.push_back(end);
         ([(header::CONTENT_TYPE, "application/json")], Body::new(Pieces::new(pieces))).into_response()
     }
 }

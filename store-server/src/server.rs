@@ -39,6 +39,7 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
     let chunks = Arc::new(crate::chunks::ChunkReader::new(config.read_cache_bytes));
     Ok(AppState::new(crate::state::Shared {
         redactor,
+        secrets: crate::cache::SecretCache::new(),
         chunks,
         text: crate::text::TextCache::new(config.text_cache_bytes).map(Arc::new),
         reserve: Arc::new(reserve),

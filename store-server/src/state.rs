@@ -63,6 +63,8 @@ pub struct Shared {
     pub heavy: Arc<crate::heavy::Heavy>,
     /// Finds the secrets a redacted read shows as marks (built-in kinds and `--redact-rules`).
     pub redactor: Arc<spillway_api::redact::Detector>,
+    /// The secrets `redactor` found in blobs' blocks, for redacted capped reads.
+    pub(crate) secrets: crate::cache::SecretCache,
     /// Reads compacted blobs (their chunk lists and chunks, cached).
     pub chunks: Arc<crate::chunks::ChunkReader>,
 }

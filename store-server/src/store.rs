@@ -65,6 +65,23 @@ pub(crate) async fn escaped_page(state: &AppState, row: &Arc<BlobRow>, ask: Page
     })
 }
 
+/// Whether no secret the server's detector finds in the blob overlaps bytes `range`, from the
+/// secrets kept by block (`Source::kept_secrets`): a redacted page of such a range is the plain
+/// page with `redactions: 0`.
+pub(crate) async fn no_secret_in(state: &AppState, row: &Arc<BlobRow>, range: Range<u64>) -> ApiResult<bool> {
+    use spillway_api::paging::SECRET_BLOCK;
+    let src = BlobSource::new(state, row)?;
+    // A secret that overlaps the range starts at most MAX_SECRET bytes before it.
+    let lo = range.start.saturating_sub(spillway_api::redact::MAX_SECRET as u64);
+    for block in lo / SECRET_BLOCK..=range.end.saturating_sub(1) / SECRET_BLOCK {
+        let Some(spans) = src.kept_secrets(&state.redactor, block).await else { return Ok(false) };
+        if spans?.iter().any(|s| (s.start as u64) < range.end && s.end as u64 > range.start) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Bytes `range` of a stored blob, wherever they are now: in its row (inline), in its raw
 /// copy, or in its chunks once compacted. A row read before a compaction (here or on another
 /// replica), or before a deletion and a new upload of the same content, may name a layout
@@ -172,5 +189,17 @@ impl Source for BlobSource {
     }
     async fn read(&self, start: u64, end: u64) -> Result<Bytes, BlobError> {
         blob_range(&self.state, &self.row, start..end).await
+    }
+    async fn kept_secrets(
+        &self,
+        detector: &spillway_api::redact::Detector,
+        block: u64,
+    ) -> Option<spillway_api::paging::PageResult<Arc<[spillway_api::redact::Span]>, BlobError>> {
+        // Kept for the server's own detector only: what it finds in a block never changes.
+        if !std::ptr::eq(detector, &*self.state.redactor) {
+            return None;
+        }
+        let find = spillway_api::paging::block_secrets(self, detector, block);
+        Some(self.state.secrets.get(&self.row.digest, block, find).await)
     }
 }

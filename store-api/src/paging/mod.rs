@@ -7,7 +7,7 @@ pub mod lines;
 mod redacted;
 
 pub use grep::{compile_pattern, grep, grep_until, GrepEnd, GrepRequest, MAX_CONTEXT, MAX_PATTERN};
-pub use redacted::{byte_page_redacted, line_page_redacted};
+pub use redacted::{block_secrets, byte_page_redacted, line_page_redacted, SECRET_BLOCK};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -65,6 +65,17 @@ pub trait Source: Send + Sync {
     async fn checkpoint_for_line(&self, line: u64) -> Result<Checkpoint, Self::Error>;
     /// Bytes `start..end` (both within `size`).
     async fn read(&self, start: u64, end: u64) -> Result<Bytes, Self::Error>;
+    /// The secrets that start in block `block` (of [`SECRET_BLOCK`] bytes), as
+    /// [`block_secrets`] finds them, when the source keeps them from one read to the next (the
+    /// server, for blobs: their bytes never change); `None` (the default): each redacted page
+    /// scans its own bytes.
+    async fn kept_secrets(
+        &self,
+        _detector: &crate::redact::Detector,
+        _block: u64,
+    ) -> Option<PageResult<std::sync::Arc<[crate::redact::Span]>, Self::Error>> {
+        None
+    }
 }
 
 /// Length of the longest prefix of `page` that does not end inside a UTF-8 character

@@ -7,7 +7,7 @@
 //! page, when one fits) and says `capped`.
 
 use super::{newlines, read_checked, to_content, PageResult, Shown, Source, SourceError};
-use crate::redact::{Detector, Redacted, MAX_SECRET};
+use crate::redact::{Detector, Redacted, Span, MAX_SECRET};
 use crate::ReadPage;
 
 /// A byte page (as [`super::byte_page`] cuts it) with its secrets marked.
@@ -44,14 +44,71 @@ pub(super) async fn with_context<E: SourceError>(
     Ok((read_checked(src, lo, hi).await?, (start - lo) as usize))
 }
 
+/// Bytes per block of [`block_secrets`].
+pub const SECRET_BLOCK: u64 = 256 << 10;
+
+/// The secrets that start in block `block` of `src` (its bytes from `block * SECRET_BLOCK`, for
+/// [`SECRET_BLOCK`] bytes or to the end), at their offsets in the source, exactly as a scan of
+/// the whole source finds them (the block is scanned with [`MAX_SECRET`] bytes on either side).
+/// What a source keeps for [`Source::kept_secrets`].
+pub async fn block_secrets<E: SourceError>(
+    src: &dyn Source<Error = E>,
+    detector: &Detector,
+    block: u64,
+) -> PageResult<std::sync::Arc<[Span]>, E> {
+    let start = block.saturating_mul(SECRET_BLOCK).min(src.size());
+    let end = start.saturating_add(SECRET_BLOCK).min(src.size());
+    let (buf, from) = with_context(src, start, end).await?;
+    let base = (start - from as u64) as usize;
+    let found = detector.find_starting_in(&buf, from, from + (end - start) as usize);
+    Ok(found.into_iter().map(|s| Span { start: s.start + base, end: s.end + base, kind: s.kind }).collect())
+}
+
+/// The secrets that overlap the source's bytes `lo..hi`, from the blocks the source keeps, cut
+/// to that range and in its offsets (from `lo`), merged where a secret of one block runs into
+/// one of the next (as one scan merges them). `None` when the source keeps none.
+async fn kept<E: SourceError>(
+    src: &dyn Source<Error = E>,
+    detector: &Detector,
+    lo: u64,
+    hi: u64,
+) -> PageResult<Option<Vec<Span>>, E> {
+    let mut out: Vec<Span> = Vec::new();
+    // A secret that overlaps the range starts at most MAX_SECRET bytes before it.
+    let first = lo.saturating_sub(MAX_SECRET as u64) / SECRET_BLOCK;
+    for block in first..=hi.saturating_sub(1) / SECRET_BLOCK {
+        let Some(spans) = src.kept_secrets(detector, block).await else { return Ok(None) };
+        for s in spans?.iter().filter(|s| (s.start as u64) < hi && s.end as u64 > lo) {
+            let (start, end) = ((s.start as u64).max(lo) - lo, (s.end as u64).min(hi) - lo);
+            let (start, end) = (start as usize, end as usize);
+            match out.last_mut() {
+                Some(last) if start < last.end => last.end = last.end.max(end),
+                _ => out.push(Span { start, end, kind: s.kind.clone() }),
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
 async fn redact_page<E: SourceError>(
     src: &dyn Source<Error = E>,
-    page: ReadPage,
+    mut page: ReadPage,
     detector: &Detector,
     whole_lines: bool,
 ) -> PageResult<ReadPage, E> {
-    let (buf, from) = with_context(src, page.offset, page.offset + page.length).await?;
-    let spans = detector.find(&buf);
+    let (buf, from, spans) = match kept(src, detector, page.offset, page.offset + page.length).await? {
+        // The secrets are known: the page's own text is its stored bytes (valid UTF-8).
+        Some(spans) if !page.lossy && page.content.len() as u64 == page.length => {
+            (bytes::Bytes::from(std::mem::take(&mut page.content).into_bytes()), 0, spans)
+        }
+        // Else scan the page with MAX_SECRET bytes on either side: a secret that overlaps it
+        // starts and ends there.
+        _ => {
+            let (buf, from) = with_context(src, page.offset, page.offset + page.length).await?;
+            let spans = detector.find(&buf);
+            (buf, from, spans)
+        }
+    };
     let mut end = from + page.length as usize;
     let mut capped = page.capped;
     loop {
@@ -152,6 +209,81 @@ mod tests {
                 // A PEM block's lines, read one page each, each show a mark.
                 assert!(all.matches("[REDACTED:").count() >= SAMPLES.len(), "{lines} lines a page");
                 assert!(leaks(&all, &secret_grams()).is_none());
+            }
+        });
+    }
+
+    /// A source that keeps the secrets of its blocks, as the server does for blobs.
+    struct Keeping(MemorySource);
+
+    #[async_trait::async_trait]
+    impl Source for Keeping {
+        type Error = std::convert::Infallible;
+        fn size(&self) -> u64 {
+            self.0.size()
+        }
+        fn total_lines(&self) -> u64 {
+            self.0.total_lines()
+        }
+        fn digest(&self) -> Option<String> {
+            None
+        }
+        async fn checkpoint_for_offset(&self, offset: u64) -> Result<crate::paging::lines::Checkpoint, Self::Error> {
+            self.0.checkpoint_for_offset(offset).await
+        }
+        async fn checkpoint_for_line(&self, line: u64) -> Result<crate::paging::lines::Checkpoint, Self::Error> {
+            self.0.checkpoint_for_line(line).await
+        }
+        async fn read(&self, start: u64, end: u64) -> Result<bytes::Bytes, Self::Error> {
+            self.0.read(start, end).await
+        }
+        async fn kept_secrets(
+            &self,
+            detector: &Detector,
+            block: u64,
+        ) -> Option<PageResult<std::sync::Arc<[Span]>, Self::Error>> {
+            Some(block_secrets(&self.0, detector, block).await)
+        }
+    }
+
+    #[test]
+    fn pages_from_kept_block_secrets_are_the_pages_of_a_scan() {
+        // Every sample straddling a block edge (the secret's middle on the edge), PEM blocks
+        // included, with filler between; pages at and around every edge, of many sizes.
+        let d = Detector::builtin();
+        let filler = "2026-12-02T10:00:00Z INFO nothing to see here path=/v1/items status=200\n";
+        let mut text = String::new();
+        let mut edges = Vec::new();
+        for (i, (_, sample, secret)) in SAMPLES.iter().enumerate() {
+            let edge = (i as u64 + 1) * SECRET_BLOCK;
+            let at = sample.find(secret).unwrap() + secret.len() / 2;
+            while text.len() + at + filler.len() <= edge as usize {
+                text.push_str(filler);
+            }
+            if let Some(need) = (edge as usize - at - text.len()).checked_sub(1) {
+                text.push_str(&" ".repeat(need));
+                text.push('\n');
+            }
+            text.push_str(sample);
+            text.push('\n');
+            edges.push(edge);
+        }
+        let line_at = |edge: u64| text.as_bytes()[..edge as usize].iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+        let lines: Vec<u64> = edges.iter().map(|&e| line_at(e)).collect();
+        let (plain, keeping) = (MemorySource::new(text.clone().into()), Keeping(MemorySource::new(text.into())));
+        block_on(async {
+            for (&edge, &line) in edges.iter().zip(&lines) {
+                for limit in [1, 7, 64, 500, 100_000] {
+                    for back in [0u64, 1, 17, 64, 300, 20_000] {
+                        let at = edge - back.min(edge);
+                        let a = byte_page_redacted(&plain, at, limit, d).await.unwrap();
+                        let b = byte_page_redacted(&keeping, at, limit, d).await.unwrap();
+                        assert_eq!(a, b, "offset {at}, limit {limit}");
+                    }
+                }
+                let a = line_page_redacted(&plain, line, 3, d).await.unwrap();
+                assert_eq!(a, line_page_redacted(&keeping, line, 3, d).await.unwrap(), "line {line}");
+                assert!(a.redactions.unwrap() >= 1, "line {line}: {:?}", a.content);
             }
         });
     }

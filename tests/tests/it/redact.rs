@@ -93,6 +93,63 @@ async fn text_without_secrets_reads_the_same_redacted() {
     srv.stop().await;
 }
 
+/// A blob of many blocks, read through the text cache and the secrets the server keeps by
+/// block: every redacted page — clean ones and those with a secret, a secret across a block's
+/// edge among them — is the page the detector makes of the same bytes held in memory.
+#[tokio::test]
+async fn redacted_pages_of_a_large_blob_are_those_of_one_scan() {
+    use spillway_api::paging::{byte_page_redacted, line_page_redacted, MemorySource, SECRET_BLOCK};
+    let srv = TestServer::start().await;
+    let c = srv.client().redacting(true);
+    let filler = "2026-12-02T10:00:00Z INFO nothing to see here path=/v1/items status=200\n";
+    let (mut text, mut edges) = (String::new(), Vec::new());
+    for (i, (_, sample, secret)) in SAMPLES.iter().enumerate() {
+        // The secret's middle on the edge of block i + 1.
+        let edge = (i as u64 + 1) * SECRET_BLOCK;
+        let at = sample.find(secret).unwrap() + secret.len() / 2;
+        while text.len() + at + filler.len() <= edge as usize {
+            text.push_str(filler);
+        }
+        if let Some(pad) = (edge as usize - at - text.len()).checked_sub(1) {
+            text.push_str(&" ".repeat(pad));
+            text.push('\n');
+        }
+        text.push_str(sample);
+        text.push('\n');
+        edges.push(edge);
+    }
+    text.push_str(&filler.repeat(4000));
+    let lines_before = |edge: u64| text.as_bytes()[..edge as usize].iter().filter(|&&b| b == b'\n').count() as u64;
+    let lines: Vec<u64> = edges.iter().map(|&e| lines_before(e) + 1).collect();
+    let rec = srv.client().put(Bytes::from(text.clone()), &UploadOptions::default()).await.unwrap();
+    let (mem, d) = (MemorySource::new(text.clone().into()), spillway_api::redact::Detector::builtin());
+    let mut clean = 0;
+    for (&edge, &line) in edges.iter().zip(&lines) {
+        for back in [0u64, 17, 300, 20_000, 120_000] {
+            for limit in [7u64, 100_000] {
+                let at = edge - back;
+                let got = c.read(&rec.digest, ReadRequest::Bytes { offset: at, limit: Some(limit) }).await.unwrap();
+                let mut want = byte_page_redacted(&mem, at, limit, d).await.unwrap();
+                want.digest = got.digest.clone();
+                assert_eq!(got, want, "offset {at}, limit {limit}");
+                clean += usize::from(got.redactions == Some(0));
+            }
+        }
+        let got = c.read(&rec.digest, ReadRequest::Lines { line: line - 1, lines: Some(3) }).await.unwrap();
+        let mut want = line_page_redacted(&mem, line - 1, 3, d).await.unwrap();
+        want.digest = got.digest.clone();
+        assert_eq!(got, want, "line {line}");
+        assert!(got.redactions >= Some(1), "line {line}: {}", got.content);
+    }
+    let far = text.len() as u64 - 1000;
+    let got = c.read(&rec.digest, ReadRequest::Bytes { offset: far, limit: None }).await.unwrap();
+    assert_eq!((got.redactions, got.content.as_str()), (Some(0), &text[far as usize..]));
+    assert!(clean > 0, "some pages hold no secret");
+    let fast = srv.state.escaped_pages.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(fast > 0 && fast as usize <= clean + 1, "clean pages come from the text cache: {fast} of {clean}");
+    srv.stop().await;
+}
+
 /// A PEM block cut by the edge of grep's 1 MiB window is marked on both sides of it.
 #[tokio::test]
 async fn a_secret_across_a_grep_window_is_marked_on_both_sides() {
