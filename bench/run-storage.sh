@@ -67,7 +67,7 @@ read_round() { # state
 read_round raw
 target/release/spillway-server compact --data-dir "$work/data" > /dev/null
 # A new server: nothing of the raw blobs is cached in it any more.
-kill "$spw"; wait "$spw" 2>/dev/null || true
+if [ -n "${spw:-}" ]; then kill "$spw"; wait "$spw" 2>/dev/null || true; fi
 start_spillway "$work/data" 17901
 read_round compacted
 digest=$(curl -s -H "Authorization: Bearer $SPILLWAY_TOKEN" "$SPILLWAY_URL/v1/refs?limit=1000" \
@@ -117,7 +117,7 @@ fi
 
 part 4 || exit 0
 echo "== 4. the same corpus on PostgreSQL + S3: requests per GiB stored, and the ratio there"
-kill "$spw"; wait "$spw" 2>/dev/null || true
+if [ -n "${spw:-}" ]; then kill "$spw"; wait "$spw" 2>/dev/null || true; fi
 admin=$(scripts/pg-start)
 db="spw_storage_$$"
 psql "$admin" -qc "CREATE DATABASE $db" >/dev/null

@@ -36,6 +36,7 @@ impl Stats {
         let secs = self.elapsed.as_secs_f64();
         serde_json::json!({
             "label": label,
+            "secs": (secs * 1000.0).round() / 1000.0,
             "requests": self.requests,
             "req_per_s": (self.requests as f64 / secs).round(),
             "mib_per_s": ((self.bytes as f64 / secs / 1048576.0) * 10.0).round() / 10.0,

@@ -70,6 +70,17 @@ enum Op {
         size: u64,
         #[arg(long, default_value_t = 10)]
         secs: u64,
+        /// Spillway: more of the read's query (`redact=true`), appended after `&`.
+        #[arg(long, default_value = "")]
+        query: String,
+    },
+    /// Searches of the namespace (spillway only) with `query` (`pattern=…&label.k=v`), each
+    /// followed by `next_cursor` to its last page, `count` walks in all; bytes are matches.
+    Search {
+        #[arg(long)]
+        query: String,
+        #[arg(long, default_value_t = 1)]
+        count: usize,
     },
     /// Full downloads of `name`, `count` times.
     Get {
@@ -167,14 +178,18 @@ impl Ctx {
         })
     }
 
-    async fn range(&self, name: &str, offset: u64, len: u64) -> anyhow::Result<u64> {
+    async fn range(&self, name: &str, offset: u64, len: u64, query: &str) -> anyhow::Result<u64> {
         if let Some(s3) = &self.s3 {
             let b = s3.get_range(&object_store::path::Path::from(name), offset..offset + len).await?;
             return Ok(b.len() as u64);
         }
         let resp = match self.target {
             Target::Spillway => {
-                let url = format!("{}/v1/blobs/{name}/read?offset={offset}&limit={len}", self.url);
+                let mut url = format!("{}/v1/blobs/{name}/read?offset={offset}&limit={len}", self.url);
+                if !query.is_empty() {
+                    url.push('&');
+                    url.push_str(query);
+                }
                 self.auth(self.http.get(url)).send().await?
             }
             Target::Nginx | Target::S3 | Target::Disk => {
@@ -270,7 +285,10 @@ async fn main() -> anyhow::Result<()> {
                 let next = next.clone();
                 let op = match &op {
                     Op::Put { .. } => Work::Put(bodies.clone()),
-                    Op::Range { name, size, secs } => Work::Range(name.clone(), *size, Duration::from_secs(*secs)),
+                    Op::Range { name, size, secs, query } => {
+                        Work::Range(name.clone(), *size, Duration::from_secs(*secs), query.clone())
+                    }
+                    Op::Search { query, count } => Work::Search(query.clone(), *count as u64),
                     Op::Get { name, count } => Work::Get(name.clone(), *count as u64),
                     Op::Line { name, line, lines, count } => {
                         Work::Ask(format!("/v1/blobs/{name}/read?line={line}&lines={lines}"), *count as u64)
@@ -303,8 +321,10 @@ async fn main() -> anyhow::Result<()> {
 enum Work {
     /// Bodies, with the digest to announce.
     Put(Arc<Vec<(Bytes, Option<String>)>>),
-    Range(String, u64, Duration),
+    Range(String, u64, Duration, String),
     Get(String, u64),
+    /// The query, and the walks left to make.
+    Search(String, u64),
     /// A GET of this path and query (a line page, a grep), `count` times in all.
     Ask(String, u64),
     /// The blob, and the offset of the next page (`None`: read to the end).
@@ -331,7 +351,7 @@ async fn run(
                 ctx.put(&format!("b-{salt}-{i}"), data.clone(), digest.as_deref()).await?;
                 bytes += data.len() as u64;
             }
-            Work::Range(name, size, secs) => {
+            Work::Range(name, size, secs, query) => {
                 if start.elapsed() >= *secs {
                     break;
                 }
@@ -339,7 +359,7 @@ async fn run(
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
                 let offset = rng % (*size - 100_000);
-                bytes += ctx.range(name, offset, 100_000).await?;
+                bytes += ctx.range(name, offset, 100_000, query).await?;
             }
             Work::Get(name, count) => {
                 if next.fetch_add(1, Ordering::Relaxed) >= *count {
@@ -364,6 +384,27 @@ async fn run(
                 let page: serde_json::Value = resp.json().await?;
                 bytes += page["length"].as_u64().unwrap_or_default();
                 *at = page["next_offset"].as_u64();
+            }
+            Work::Search(query, count) => {
+                if next.fetch_add(1, Ordering::Relaxed) >= *count {
+                    break;
+                }
+                let mut cursor: Option<String> = None;
+                loop {
+                    let mut url = format!("{}/v1/search?{query}&max_matches=1000", ctx.url);
+                    if let Some(c) = &cursor {
+                        url.push_str("&cursor=");
+                        url.push_str(c);
+                    }
+                    let resp = ctx.auth(ctx.http.get(url)).send().await?;
+                    anyhow::ensure!(resp.status().is_success(), "search {}", resp.status());
+                    let page: serde_json::Value = resp.json().await?;
+                    bytes += page["matches"].as_array().map_or(0, Vec::len) as u64;
+                    match page["next_cursor"].as_str() {
+                        Some(c) => cursor = Some(c.to_owned()),
+                        None => break,
+                    }
+                }
             }
             Work::Ask(path, count) => {
                 if next.fetch_add(1, Ordering::Relaxed) >= *count {
