@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use spillway_api::paging::utf8_cut;
-use spillway_api::redact::{Detector, Redacted};
+use spillway_api::redact::{Detector, Redacted, MAX_SECRET};
 use spillway_api::ShownRange;
 
 /// The default cap: what a tool hands the model, in bytes.
@@ -217,6 +217,9 @@ pub fn preview(sample: &Sample<'_>, cap: usize, strategy: Strategy) -> Result<Pr
     preview_with(sample, cap, strategy, &Redaction::On)
 }
 
+/// An output up to this many times the cap is shown whole when its marked text fits.
+const WHOLE_IF_MARKED: usize = 4;
+
 /// Cuts a sample with a strategy under `cap` bytes, showing secrets as `redaction` says. The
 /// cap counts the text as shown: marks longer than their secrets make the cut shorter.
 pub fn preview_with(
@@ -228,7 +231,11 @@ pub fn preview_with(
     let Some(detector) = redaction.detector() else {
         return cut(sample, cap, strategy);
     };
-    if sample.is_whole() && !matches!(strategy, Strategy::NumberedLines { .. }) {
+    // The whole output, marked, may fit where the raw one does not (a mark is shorter than a
+    // PEM block) — but not when it is many times the cap: its secrets would have to be most of
+    // it. Past that only the parts the strategy shows are scanned, not megabytes.
+    let may_fit = sample.head.len() <= cap.saturating_mul(WHOLE_IF_MARKED);
+    if sample.is_whole() && may_fit && !matches!(strategy, Strategy::NumberedLines { .. }) {
         let red = detector.redact_range(sample.head, 0, sample.head.len());
         let text = String::from_utf8_lossy(&red.text);
         if text.len() <= cap {
@@ -286,10 +293,17 @@ fn head_tail_redacted(s: &Sample<'_>, cap: usize, tail_share: f32, detector: &De
     let mut budget = cap;
     loop {
         let parts = head_tail(s, budget, tail_share);
-        let head = detector.redact_range(s.head, 0, parts.head_used);
+        // Each part is scanned with MAX_SECRET bytes beyond its cut (a secret the cut splits
+        // is found whole), not the whole output.
+        let head_scan = &s.head[..(parts.head_used + MAX_SECRET).min(s.head.len())];
+        let head = detector.redact_range(head_scan, 0, parts.head_used);
         let tail = match parts.tail_len {
             0 => Redacted::plain(&[]),
-            _ => detector.redact_range(tail_src, (parts.tail_from - tail_src_offset) as usize, tail_src.len()),
+            _ => {
+                let from = (parts.tail_from - tail_src_offset) as usize;
+                let lo = from.saturating_sub(MAX_SECRET);
+                detector.redact_range(&tail_src[lo..], from - lo, tail_src.len() - lo)
+            }
         };
         let mut text = String::from_utf8_lossy(&head.text).into_owned();
         text.push_str(&parts.marker);
