@@ -214,8 +214,8 @@ enum Cmd {
         /// Most matches per answer [default: the server's, 100].
         #[arg(long)]
         max_matches: Option<usize>,
-        /// The next_cursor of the previous answer.
-        #[arg(long)]
+        /// The next_cursor of the previous answer (it may start with `-`: base64url).
+        #[arg(long, allow_hyphen_values = true)]
         cursor: Option<String>,
         /// Follow the cursor to the end; print one match per line (JSON).
         #[arg(long)]
@@ -250,8 +250,8 @@ enum Cmd {
         /// Most references per page [default: the server's].
         #[arg(long)]
         limit: Option<u32>,
-        /// The next_cursor of the previous page.
-        #[arg(long)]
+        /// The next_cursor of the previous page (it may start with `-`: base64url).
+        #[arg(long, allow_hyphen_values = true)]
         cursor: Option<String>,
     },
     /// Drop this namespace's references to a blob (admin); the bytes go when nobody holds it.
@@ -623,4 +623,23 @@ async fn supervise(conn: &Conn, stream: &str, timeout: Option<Duration>, cmd: &[
     };
     background::supervise(&conn.store()?, stream, c, stop, ready).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Cli;
+
+    /// Cursors are base64url: one in 64 starts with `-`, and is still a cursor, not an option.
+    #[test]
+    fn a_cursor_may_start_with_a_hyphen() {
+        for args in [
+            &["spillway", "search", "ERROR", "--cursor", "-oM6EcvfxNJytG8", "--max-matches", "10"][..],
+            &["spillway", "refs", "--cursor", "-AAAA", "--limit", "5"][..],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            assert!(format!("{cli:?}").contains("cursor: Some(\"-"), "{cli:?}");
+        }
+    }
 }
