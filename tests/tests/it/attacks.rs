@@ -153,8 +153,11 @@ async fn timed_put(c: &StoreClient, data: Bytes) -> Duration {
 
 /// Namespace A uploads, interleaved, content nobody stores and content namespace B stores;
 /// a classifier that tells them apart by time does no better than chance, whichever way it
-/// leans (0.45 ≤ AUC ≤ 0.55 over 1,000 pairs, where chance alone varies by ±0.013, for small
-/// inline uploads and for uploads stored as files).
+/// leans, for small inline uploads and for uploads stored as files. The goal is AUC ≤ 0.55
+/// for the better of a classifier and its inverse (0.45 ≤ AUC ≤ 0.55); it is asserted with a
+/// margin of 0.02 for noise (chance alone varies by ±0.013 over 1,000 pairs, and the state of
+/// the machine moves it: runs gave 0.455–0.515 at 2 KiB, the lowest the first run in a fresh
+/// clone, and 0.497–0.514 at 64 KiB).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "latency: run alone (scripts/test runs it in its own step)"]
 async fn attacks_dedup_timing_classifier() {
@@ -188,7 +191,7 @@ async fn attacks_dedup_timing_classifier() {
             quantile(&mut fresh, 0.5)
         );
         assert!(
-            (0.45..=0.55).contains(&score),
+            (0.43..=0.57).contains(&score),
             "uploads of content another namespace holds are told apart: AUC {score:.3}"
         );
     }
