@@ -214,7 +214,9 @@ async fn past_the_limit_idle_connections_give_way() {
         probe.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
         probe.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
         let mut early = [0u8; 1];
-        assert!(probe.read(&mut early).is_err(), "served while every slot was serving a request");
+        let got = probe.read(&mut early);
+        let (waiting, first) = (waiters.waiting(&sid), early[0] as char);
+        assert!(got.is_err(), "served while every slot was serving a request: {got:?} ({first:?}), {waiting} polls waiting");
         // The task writes: the polls are answered and their connections close.
         let (ns, id) = (spillway_api::Namespace::new("ns-a").unwrap(), spillway_api::StreamId::new(&sid).unwrap());
         rt.block_on(spillway_server::streams::append(&state, &ns, &id, 0, 0, &Bytes::from_static(b"done\n"))).unwrap();
