@@ -44,3 +44,15 @@ bench_setup() {
   rm -rf "$work" && mkdir -p "$work"
   load=target/release/spillway-load
 }
+
+# best_of_3 COMMAND...: runs COMMAND three times, each with an empty "$work/out" (and no
+# "$work/cat.out"), its output discarded; prints "seconds maxrss_kib" of the fastest run.
+best_of_3() {
+  local b="" r
+  for _ in 1 2 3; do
+    rm -rf "$work/out" "$work/cat.out" && mkdir -p "$work/out"
+    r=$( { /usr/bin/time -f '%e %M' "$@" >/dev/null; } 2>&1 | tail -n 1)
+    if [ -z "$b" ] || awk -v a="${r% *}" -v c="${b% *}" 'BEGIN{exit !(a<c)}'; then b=$r; fi
+  done
+  echo "$b"
+}

@@ -3,22 +3,14 @@
 # time (best of 3) and peak RSS. Also a 1 GiB run spilling to the store (loopback).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/common.sh
+. bench/common.sh
 cargo build --release -q -p spillway-client -p spillway-server
 work=${BENCH_DIR:-/tmp/spillway-bench-exec}
 rm -rf "$work" && mkdir -p "$work"
 size=${SIZE:-1073741824}
-best() { # prints "seconds maxrss_kib" of the fastest of 3 runs of "$@"
-  local b=""
-  for _ in 1 2 3; do
-    rm -rf "$work/out" "$work/cat.out"
-    local r
-    r=$( { /usr/bin/time -f '%e %M' "$@" >/dev/null; } 2>&1 | tail -n 1)
-    if [ -z "$b" ] || awk -v a="${r% *}" -v c="${b% *}" 'BEGIN{exit !(a<c)}'; then b=$r; fi
-  done
-  echo "$b"
-}
-c=$(best sh -c "head -c $size /dev/zero | cat > $work/cat.out")
-s=$(best target/release/spillway exec --local "$work/out" -- head -c "$size" /dev/zero)
+c=$(best_of_3 sh -c "head -c $size /dev/zero | cat > $work/cat.out")
+s=$(best_of_3 target/release/spillway exec --local "$work/out" -- head -c "$size" /dev/zero)
 echo "cat > file:            ${c% *} s, peak RSS ${c#* } KiB"
 echo "spillway exec --local: ${s% *} s, peak RSS ${s#* } KiB"
 awk -v a="${c% *}" -v b="${s% *}" 'BEGIN{printf "throughput ratio (spillway / cat): %.2fx\n", a/b}'

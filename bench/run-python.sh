@@ -23,19 +23,10 @@ if ! "$venv/bin/python" -c "import spillway, requests" 2>/dev/null; then
 fi
 py="$venv/bin/python"
 size=${SIZE:-1073741824}
-best() { # prints "seconds maxrss_kib" of the fastest of 3 runs of "$@"
-  local b="" r
-  for _ in 1 2 3; do
-    rm -rf "$work/out" && mkdir -p "$work/out"
-    r=$( { /usr/bin/time -f '%e %M' "$@" >/dev/null; } 2>&1 | tail -n 1)
-    if [ -z "$b" ] || awk -v a="${r% *}" -v c="${b% *}" 'BEGIN{exit !(a<c)}'; then b=$r; fi
-  done
-  echo "$b"
-}
 echo "== 1. exec of $size bytes on stdout and a line on stderr"
 cmd="head -c $size /dev/zero; echo done >&2"
-c=$(best target/release/spillway exec --local "$work/out" -- sh -c "$cmd")
-p=$(best "$py" -c "import spillway, sys; r = spillway.exec(sys.argv[1], target=spillway.LocalDir(sys.argv[2])); assert r['stdout']['saved'] and r['stdout']['total_size'] == $size, r" "$cmd" "$work/out")
+c=$(best_of_3 target/release/spillway exec --local "$work/out" -- sh -c "$cmd")
+p=$(best_of_3 "$py" -c "import spillway, sys; r = spillway.exec(sys.argv[1], target=spillway.LocalDir(sys.argv[2])); assert r['stdout']['saved'] and r['stdout']['total_size'] == $size, r" "$cmd" "$work/out")
 echo "{\"measure\": \"exec\", \"bytes\": $size, \"cli_secs\": ${c% *}, \"cli_peak_rss_kib\": ${c#* }, \"python_secs\": ${p% *}, \"python_peak_rss_kib\": ${p#* }}" | tee "$work/results.jsonl"
 
 echo "== 2. spill of a 10 MB string to the store"

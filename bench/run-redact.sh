@@ -75,19 +75,10 @@ for r in $(seq "$rounds"); do
 done
 
 echo "== 2. spillway exec of 1 GiB of log lines, redaction on and off"
-best() { # prints the seconds of the fastest of 3 runs of "$@"
-  local b="" r
-  for _ in 1 2 3; do
-    rm -rf "$work/out" && mkdir -p "$work/out"
-    r=$( { /usr/bin/time -f '%e' "$@" >/dev/null; } 2>&1 | tail -n 1)
-    if [ -z "$b" ] || awk -v a="$r" -v c="$b" 'BEGIN{exit !(a<c)}'; then b=$r; fi
-  done
-  echo "$b"
-}
 gen="yes '2026-12-02T10:00:00.000Z INFO svc-1 path=/v1/items/12345 status=200 dur_ms=12' | head -c 1073741824"
-on=$(best target/release/spillway exec --local "$work/out" -- sh -c "$gen")
-off=$(best target/release/spillway exec --local "$work/out" --no-redact -- sh -c "$gen")
-say "{\"measure\": \"exec_1gib\", \"redact_secs\": $on, \"no_redact_secs\": $off}"
+on=$(best_of_3 target/release/spillway exec --local "$work/out" -- sh -c "$gen")
+off=$(best_of_3 target/release/spillway exec --local "$work/out" --no-redact -- sh -c "$gen")
+say "{\"measure\": \"exec_1gib\", \"redact_secs\": ${on% *}, \"no_redact_secs\": ${off% *}}"
 
 echo "== 3. false alarms"
 corpus=${CORPUS:-/tmp/spillway-bench-storage/corpus}
