@@ -679,7 +679,8 @@ impl BlobStore {
                                 // Stored already: the directory is changed all the same (a
                                 // name linked and unlinked), so that its fsync commits as much
                                 // as a new blob's and timing does not tell them apart. (A crash
-                                // between the two leaves a `.dedup` name, which no read sees.)
+                                // between the two leaves a `.dedup` name, which no read sees
+                                // and the orphan sweep removes: `list`.)
                                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                                     let twin = dest.with_extension("dedup");
                                     if std::fs::hard_link(&tmp, &twin).is_ok() {
@@ -807,14 +808,20 @@ impl BlobStore {
     }
 
     /// Every stored blob (not the inline ones): its digest, size and when its bytes were
-    /// written, in milliseconds since the epoch. Keys that are not blobs are skipped.
+    /// written, in milliseconds since the epoch. Keys that are not blobs are skipped; a twin
+    /// name (`….dedup`) that a crash left between its link and its unlink is removed on the way
+    /// (no read ever sees one, and a publisher that finds its twin gone carries on).
     pub fn list(&self) -> BoxStream<'_, Result<(Digest, u64, i64), BlobError>> {
         self.store
             .list(Some(&Path::from("blobs")))
-            .filter_map(|meta| async move {
+            .filter_map(move |meta| async move {
                 match meta {
                     Ok(m) => {
                         let name = m.location.filename()?;
+                        if name.ends_with(".dedup") {
+                            let _ = self.store.delete(&m.location).await;
+                            return None;
+                        }
                         let d = Digest::from_hex(name)?;
                         Some(Ok((d, m.size, m.last_modified.timestamp_millis())))
                     }
