@@ -251,28 +251,10 @@ mod tests {
         // Every sample straddling a block edge (the secret's middle on the edge), PEM blocks
         // included, with filler between; pages at and around every edge, of many sizes.
         let d = Detector::builtin();
-        let filler = "2026-12-02T10:00:00Z INFO nothing to see here path=/v1/items status=200\n";
-        let mut text = String::new();
-        let mut edges = Vec::new();
-        for (i, (_, sample, secret)) in SAMPLES.iter().enumerate() {
-            let edge = (i as u64 + 1) * SECRET_BLOCK;
-            let at = sample.find(secret).unwrap() + secret.len() / 2;
-            while text.len() + at + filler.len() <= edge as usize {
-                text.push_str(filler);
-            }
-            if let Some(need) = (edge as usize - at - text.len()).checked_sub(1) {
-                text.push_str(&" ".repeat(need));
-                text.push('\n');
-            }
-            text.push_str(sample);
-            text.push('\n');
-            edges.push(edge);
-        }
-        let line_at = |edge: u64| text.as_bytes()[..edge as usize].iter().filter(|&&b| b == b'\n').count() as u64 + 1;
-        let lines: Vec<u64> = edges.iter().map(|&e| line_at(e)).collect();
+        let (text, edges) = crate::redact::samples::across_edges(SECRET_BLOCK);
         let (plain, keeping) = (MemorySource::new(text.clone().into()), Keeping(MemorySource::new(text.into())));
         block_on(async {
-            for (&edge, &line) in edges.iter().zip(&lines) {
+            for &(edge, line) in &edges {
                 for limit in [1, 7, 64, 500, 100_000] {
                     for back in [0u64, 1, 17, 64, 300, 20_000] {
                         let at = edge - back.min(edge);

@@ -96,6 +96,30 @@ pub const CLEAN: &[&str] = &[
     "    let token = token.into();",
 ];
 
+/// Every sample on a line of its own, the middle of its secret on the edge of block `i + 1`
+/// (blocks of `block` bytes), with log lines between: the text, and for each sample its edge
+/// and the line the edge falls in.
+pub fn across_edges(block: u64) -> (String, Vec<(u64, u64)>) {
+    let filler = "2026-12-02T10:00:00Z INFO nothing to see here path=/v1/items status=200\n";
+    let (mut text, mut edges) = (String::new(), Vec::new());
+    for (i, (_, sample, secret)) in SAMPLES.iter().enumerate() {
+        let edge = (i as u64 + 1) * block;
+        let at = sample.find(secret).expect("the secret is in its sample") + secret.len() / 2;
+        while text.len() + at + filler.len() <= edge as usize {
+            text.push_str(filler);
+        }
+        if let Some(pad) = (edge as usize - at - text.len()).checked_sub(1) {
+            text.push_str(&" ".repeat(pad));
+            text.push('\n');
+        }
+        let line = text.matches('\n').count() as u64 + 1;
+        text.push_str(sample);
+        text.push('\n');
+        edges.push((edge, line));
+    }
+    (text, edges)
+}
+
 /// Every sample on a line of its own, after a line that shares nothing with the secrets.
 pub fn text() -> String {
     SAMPLES.iter().map(|(_, text, _)| format!("-- next --\n{text}\n")).collect()

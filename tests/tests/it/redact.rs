@@ -102,29 +102,12 @@ async fn redacted_pages_of_a_large_blob_are_those_of_one_scan() {
     let srv = TestServer::start().await;
     let c = srv.client().redacting(true);
     let filler = "2026-12-02T10:00:00Z INFO nothing to see here path=/v1/items status=200\n";
-    let (mut text, mut edges) = (String::new(), Vec::new());
-    for (i, (_, sample, secret)) in SAMPLES.iter().enumerate() {
-        // The secret's middle on the edge of block i + 1.
-        let edge = (i as u64 + 1) * SECRET_BLOCK;
-        let at = sample.find(secret).unwrap() + secret.len() / 2;
-        while text.len() + at + filler.len() <= edge as usize {
-            text.push_str(filler);
-        }
-        if let Some(pad) = (edge as usize - at - text.len()).checked_sub(1) {
-            text.push_str(&" ".repeat(pad));
-            text.push('\n');
-        }
-        text.push_str(sample);
-        text.push('\n');
-        edges.push(edge);
-    }
+    let (mut text, edges) = samples::across_edges(SECRET_BLOCK);
     text.push_str(&filler.repeat(4000));
-    let lines_before = |edge: u64| text.as_bytes()[..edge as usize].iter().filter(|&&b| b == b'\n').count() as u64;
-    let lines: Vec<u64> = edges.iter().map(|&e| lines_before(e) + 1).collect();
     let rec = srv.client().put(Bytes::from(text.clone()), &UploadOptions::default()).await.unwrap();
     let (mem, d) = (MemorySource::new(text.clone().into()), spillway_api::redact::Detector::builtin());
     let mut clean = 0;
-    for (&edge, &line) in edges.iter().zip(&lines) {
+    for &(edge, line) in &edges {
         for back in [0u64, 17, 300, 20_000, 120_000] {
             for limit in [7u64, 100_000] {
                 let at = edge - back;
