@@ -195,21 +195,24 @@ async fn past_the_limit_idle_connections_give_way() {
         drop(idle);
         // Four long-polls in flight fill every slot: none of them is cut for a new connection,
         // which is served when the first of them ends.
-        let polls: Vec<_> = (0..4)
-            .map(|_| {
+        // Each poll is sent once the one before it waits: the sockets just closed may still hold
+        // slots, and a new connection at the limit makes an idle one give way — which, were two
+        // polls sent at once, could be the first poll, accepted but not yet read.
+        let polls: Vec<_> = (1..=4)
+            .map(|n| {
                 let mut s = std::net::TcpStream::connect(&addr).unwrap();
                 let req = format!(
                     "GET /v1/streams/{sid}/read?wait_ms=30000 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
                 );
                 s.write_all(req.as_bytes()).unwrap();
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while waiters.waiting(&sid) < n {
+                    assert!(Instant::now() < deadline, "long-poll {n} never arrived");
+                    std::thread::sleep(Duration::from_millis(2));
+                }
                 s
             })
             .collect();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while waiters.waiting(&sid) < 4 {
-            assert!(Instant::now() < deadline, "the long-polls never arrived");
-            std::thread::sleep(Duration::from_millis(2));
-        }
         let mut probe = std::net::TcpStream::connect(&addr).unwrap();
         probe.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
         probe.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
