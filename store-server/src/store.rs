@@ -65,21 +65,32 @@ pub(crate) async fn escaped_page(state: &AppState, row: &Arc<BlobRow>, ask: Page
     })
 }
 
-/// Whether no secret the server's detector finds in the blob overlaps bytes `range`, from the
-/// secrets kept by block (`Source::kept_secrets`): a redacted page of such a range is the plain
-/// page with `redactions: 0`.
-pub(crate) async fn no_secret_in(state: &AppState, row: &Arc<BlobRow>, range: Range<u64>) -> ApiResult<bool> {
-    use spillway_api::paging::SECRET_BLOCK;
+/// The redacted form of plain page `page` (from [`escaped_page`]), from the secrets kept by
+/// block (`Source::kept_secrets`): with no secret, the plain page with `redactions: 0`; with
+/// some, on a byte page, the escaped text with marks in their place (`text.rs`). `None` when
+/// the page is to be cut the usual way.
+pub(crate) async fn redacted_escaped_page(
+    state: &AppState,
+    row: &Arc<BlobRow>,
+    mut page: EscapedPage,
+    by_bytes: bool,
+) -> ApiResult<Option<EscapedPage>> {
     let src = BlobSource::new(state, row)?;
-    // A secret that overlaps the range starts at most MAX_SECRET bytes before it.
-    let lo = range.start.saturating_sub(spillway_api::redact::MAX_SECRET as u64);
-    for block in lo / SECRET_BLOCK..=range.end.saturating_sub(1) / SECRET_BLOCK {
-        let Some(spans) = src.kept_secrets(&state.redactor, block).await else { return Ok(false) };
-        if spans?.iter().any(|s| (s.start as u64) < range.end && s.end as u64 > range.start) {
-            return Ok(false);
-        }
+    let (lo, hi) = (page.page.offset, page.page.offset + page.page.length);
+    let spans = match spillway_api::paging::kept_spans(&src, &state.redactor, lo, hi).await? {
+        Some(spans) => spans,
+        None => return Ok(None),
+    };
+    if spans.is_empty() {
+        page.page.redactions = Some(0);
+        return Ok(Some(page));
     }
-    Ok(true)
+    let Some(text) = state.text.as_ref().filter(|_| by_bytes) else {
+        return Ok(None);
+    };
+    let blob = TextBlob { digest: &row.digest, size: row.size, lines: row.lines, line_index: &row.line_index };
+    let fetch = |r: Range<u64>| blob_range(state, row, r);
+    Ok(text.marked_byte_page(blob, &page.page, &spans, fetch).await?)
 }
 
 /// Bytes `range` of a stored blob, wherever they are now: in its row (inline), in its raw

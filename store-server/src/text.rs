@@ -362,8 +362,15 @@ impl Span {
             lossy: false,
             capped,
         };
-        let content = self.content(start_at, stop, stop_at);
+        let content = self.content(start, start_at, stop, stop_at);
         EscapedPage { page: shown.page(Some(blob.digest.to_string()), String::new()), content }
+    }
+
+    /// The escaped text of raw bytes `start..stop` (`start < stop`), in pieces.
+    fn between(&self, start: u64, stop: u64) -> Vec<Bytes> {
+        let (_, start_at) = self.locate(start, false);
+        let (_, stop_at) = self.locate(stop, true);
+        self.content(start, start_at, stop, stop_at)
     }
 
     /// Whether the characters cut by the block edges inside `offset..stop` are whole across them.
@@ -375,13 +382,13 @@ impl Span {
         })
     }
 
-    /// The escaped text from `start_at` in the first block to `stop` (at `stop_at` in its block).
-    fn content(&self, start_at: usize, stop: u64, stop_at: usize) -> Vec<Bytes> {
-        let last = (stop - 1) / self.block;
-        let blocks = self.blocks.iter().zip(self.first..=last);
+    /// The escaped text from `start` (at `start_at` in its block) to `stop` (at `stop_at` in its block).
+    fn content(&self, start: u64, start_at: usize, stop: u64, stop_at: usize) -> Vec<Bytes> {
+        let (first, last) = (start / self.block, (stop - 1) / self.block);
+        let blocks = self.blocks[(first - self.first) as usize..].iter().zip(first..=last);
         blocks
             .map(|(b, k)| {
-                let from = if k == self.first { start_at } else { 0 };
+                let from = if k == first { start_at } else { 0 };
                 b.esc.slice(from..if k == last { stop_at } else { b.esc.len() })
             })
             .collect()
@@ -447,6 +454,103 @@ impl TextCache {
             None if limit >= 4 => self.lossy_page(blob, offset, limit, end, &fetch).await,
             None => Ok(None),
         }
+    }
+
+    /// The plain byte page `page` (as [`TextCache::byte_page`] gave it) with `secrets` (its
+    /// raw bytes from `page.offset`, sorted and apart, as `paging::kept_spans` gives them)
+    /// shown as marks: the page `paging::byte_page_redacted` cuts, written from the escaped
+    /// blocks with a mark in place of each secret — no read, no scan, no escaping of the text.
+    /// Where marks make the text pass the cap, the page ends where that cut ends it (before a
+    /// mark the cap falls in). `None` when the page is left to that function (a secret that
+    /// does not start and end a character, blocks no longer kept).
+    pub(crate) async fn marked_byte_page<E>(
+        &self,
+        blob: TextBlob<'_>,
+        page: &ReadPage,
+        secrets: &[spillway_api::redact::Span],
+        fetch: impl Fetch<E>,
+    ) -> Result<Option<EscapedPage>, E> {
+        let (offset, mut stop, mut capped) = (page.offset, page.offset + page.length, page.capped);
+        if page.lossy || page.length == 0 {
+            return Ok(None);
+        }
+        let Some(span) = self.span(blob, offset, stop, &fetch).await? else {
+            return Ok(None);
+        };
+        let size = blob.size;
+        let boundary = |pos: u64| pos >= size || !is_continuation(span.byte(pos));
+        if !secrets
+            .iter()
+            .all(|s| s.start < s.end && boundary(offset + s.start as u64) && boundary(offset + s.end as u64))
+        {
+            return Ok(None);
+        }
+        // Each secret as a mark: raw bytes `a..b` of the page, the mark's text and its
+        // newlines (a mark keeps those of what it replaces).
+        let newlines = |a: u64, b: u64| span.locate(b, true).0 - span.locate(a, false).0;
+        for _ in 0..4 {
+            let len = (stop - offset) as usize;
+            let marks: Vec<(usize, usize, &str, usize)> = secrets
+                .iter()
+                .take_while(|s| s.start < len)
+                .map(|s| {
+                    let end = s.end.min(len);
+                    (s.start, end, &*s.kind, newlines(offset + s.start as u64, offset + end as u64) as usize)
+                })
+                .collect();
+            let mark_len = |kind: &str, nl: usize| "[REDACTED:]".len() + kind.len() + nl;
+            let shown = marks.iter().fold(len, |n, &(a, b, kind, nl)| n - (b - a) + mark_len(kind, nl));
+            if shown <= READ_CAP {
+                if !span.plain(offset, stop, size) {
+                    return Ok(None);
+                }
+                let mut out = span.page(blob, offset, stop, capped);
+                let (mut content, mut at) = (Vec::with_capacity(2 * marks.len() + 2), offset);
+                for &(a, b, kind, nl) in &marks {
+                    let (a, b) = (offset + a as u64, offset + b as u64);
+                    if a > at {
+                        content.extend(span.between(at, a));
+                    }
+                    let Ok(kind) = sonic_rs::to_string(kind) else { return Ok(None) };
+                    let mark = format!("[REDACTED:{}]{}", &kind[1..kind.len() - 1], "\\n".repeat(nl));
+                    content.push(Bytes::from(mark));
+                    at = b;
+                }
+                if stop > at {
+                    content.extend(span.between(at, stop));
+                }
+                out.content = content;
+                out.page.redactions = Some(marks.len() as u64);
+                return Ok(Some(out));
+            }
+            // Cut where the text reaches the cap, as `to_content` cuts it (at the last
+            // character that fits), mapped back to the raw bytes as `Redacted::raw_at` maps it
+            // (a cut inside a mark, or at its start, is the start of its secret).
+            let mut shift = 0isize; // output position minus raw position, after the marks passed
+            let mut cut = None;
+            for &(a, b, kind, nl) in &marks {
+                let out_start = (a as isize + shift) as usize;
+                if READ_CAP < out_start {
+                    break;
+                }
+                let out_end = out_start + mark_len(kind, nl);
+                if READ_CAP < out_end {
+                    cut = Some(a);
+                    break;
+                }
+                shift = out_end as isize - b as isize;
+            }
+            let cut = cut.unwrap_or_else(|| {
+                let mut r = (READ_CAP as isize - shift) as usize;
+                while r > 0 && !boundary(offset + r as u64) {
+                    r -= 1;
+                }
+                r
+            });
+            stop = offset + cut.max(1).min(len - 1).max(1) as u64;
+            capped = true;
+        }
+        Ok(None)
     }
 
     /// [`TextCache::byte_page`] where a block of the page is not text: from lossy blocks.
@@ -877,5 +981,82 @@ mod tests {
             assert_eq!((*at as usize, *newlines as usize), (want, before.matches('\n').count()), "mark {j}");
         }
         assert!(marks_of(esc, raw.len() + 1).is_none(), "text of another length");
+    }
+
+    /// A log with secrets of every kind (PEM blocks included) and some text to escape, dense
+    /// enough that marks longer than their secrets make many pages pass the cap.
+    fn log_with_secrets() -> Vec<u8> {
+        use spillway_api::redact::samples::SAMPLES;
+        let mut text = String::new();
+        let mut i = 0usize;
+        while text.len() < 700_000 {
+            i += 1;
+            match i % 9 {
+                0 => text.push_str(SAMPLES[i / 9 % SAMPLES.len()].1),
+                4 => text.push_str("password=a token=\"b\"\tté€ 😀"),
+                _ => text.push_str(&format!(
+                    "2026-12-02T10:00:{:02}Z INFO svc-{} path=/v1/items/{i} status=200",
+                    i % 60,
+                    i % 7
+                )),
+            }
+            text.push('\n');
+        }
+        text.into_bytes()
+    }
+
+    #[test]
+    fn marked_pages_from_escaped_blocks_are_the_redacted_pages_byte_for_byte() {
+        use spillway_api::paging::{byte_page_redacted, kept_spans};
+        let detector = spillway_api::redact::Detector::builtin();
+        let data = log_with_secrets();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let bytes = Bytes::from(data.clone());
+        let (plain, keeping) =
+            (MemorySource::new(bytes.clone()), MemorySource::new(bytes.clone()).with_secrets_by_block());
+        let mut b = LineIndexBuilder::default();
+        b.update(&data);
+        let (lines, index) = (b.lines(), b.finish().encode());
+        let digest = Digest::of(&data);
+        let blob = TextBlob { digest: &digest, size: data.len() as u64, lines, line_index: &index };
+        let fetch = |r: Range<u64>| {
+            let part = bytes.slice(r.start as usize..r.end as usize);
+            async move { Ok::<_, std::convert::Infallible>(part) }
+        };
+        let (mut served, mut shortened, mut asked) = (0, 0, 0);
+        let mut seed = 7u64;
+        for block in [4096, BLOCK] {
+            let cache = TextCache::with_block(8 << 20, block).unwrap();
+            for limit in [1u64, 5, 64, 1000, 100_000, 200_000] {
+                for _ in 0..25 {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let offset = (seed >> 33) % data.len() as u64;
+                    asked += 1;
+                    let slow = rt.block_on(byte_page_redacted(&plain, offset, limit, detector)).unwrap();
+                    let slow = ReadPage { digest: Some(digest.to_string()), total_lines: lines, ..slow };
+                    let plain_page = || rt.block_on(cache.byte_page(blob, offset, limit, fetch)).unwrap();
+                    let Some(page) = plain_page().or_else(plain_page) else { continue };
+                    let (lo, hi) = (page.page.offset, page.page.offset + page.page.length);
+                    let spans = rt.block_on(kept_spans(&keeping, detector, lo, hi)).unwrap().unwrap();
+                    let Some(fast) = rt.block_on(cache.marked_byte_page(blob, &page.page, &spans, fetch)).unwrap()
+                    else {
+                        continue;
+                    };
+                    served += 1;
+                    shortened += usize::from(slow.length < page.page.length);
+                    let body = |r: axum::response::Response| {
+                        rt.block_on(axum::body::to_bytes(r.into_body(), usize::MAX)).unwrap()
+                    };
+                    let (slow, fast) = (body(PageJson(slow).into_response()), body(EscapedJson(fast).into_response()));
+                    assert_eq!(
+                        String::from_utf8_lossy(&fast),
+                        String::from_utf8_lossy(&slow),
+                        "offset {offset}, limit {limit}, block {block}"
+                    );
+                }
+            }
+        }
+        assert!(served * 10 >= asked * 8, "most pages come from the blocks: {served} of {asked}");
+        assert!(shortened >= 5, "marks made pages shorter: {shortened}");
     }
 }

@@ -7,7 +7,7 @@ pub mod lines;
 mod redacted;
 
 pub use grep::{compile_pattern, grep, grep_until, GrepEnd, GrepRequest, MAX_CONTEXT, MAX_PATTERN};
-pub use redacted::{block_secrets, byte_page_redacted, line_page_redacted, SECRET_BLOCK};
+pub use redacted::{block_secrets, byte_page_redacted, kept_spans, line_page_redacted, SECRET_BLOCK};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -502,6 +502,8 @@ pub struct MemorySource {
     data: Bytes,
     index: lines::LineIndex,
     lines: u64,
+    /// Whether it answers [`Source::kept_secrets`] (as the server's blobs do).
+    secrets_by_block: bool,
 }
 
 impl MemorySource {
@@ -510,7 +512,13 @@ impl MemorySource {
         let mut b = lines::LineIndexBuilder::default();
         b.update(&data);
         let lines = b.lines();
-        Self { data, index: b.finish(), lines }
+        Self { data, index: b.finish(), lines, secrets_by_block: false }
+    }
+
+    /// The same source answering [`Source::kept_secrets`] with [`block_secrets`], as a store
+    /// that keeps them does: its redacted pages are marked from the blocks' secrets.
+    pub fn with_secrets_by_block(self) -> Self {
+        Self { secrets_by_block: true, ..self }
     }
 }
 
@@ -534,6 +542,16 @@ impl Source for MemorySource {
     }
     async fn read(&self, start: u64, end: u64) -> Result<Bytes, Self::Error> {
         Ok(self.data.slice(start as usize..end as usize))
+    }
+    async fn kept_secrets(
+        &self,
+        detector: &crate::redact::Detector,
+        block: u64,
+    ) -> Option<PageResult<std::sync::Arc<[crate::redact::Span]>, Self::Error>> {
+        if !self.secrets_by_block {
+            return None;
+        }
+        Some(block_secrets(self, detector, block).await)
     }
 }
 

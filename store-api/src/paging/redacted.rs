@@ -66,8 +66,9 @@ pub async fn block_secrets<E: SourceError>(
 
 /// The secrets that overlap the source's bytes `lo..hi`, from the blocks the source keeps, cut
 /// to that range and in its offsets (from `lo`), merged where a secret of one block runs into
-/// one of the next (as one scan merges them). `None` when the source keeps none.
-async fn kept<E: SourceError>(
+/// one of the next (as one scan merges them). `None` when the source keeps none. A page's
+/// marks are these spans, replaced as [`Redacted`] replaces them.
+pub async fn kept_spans<E: SourceError>(
     src: &dyn Source<Error = E>,
     detector: &Detector,
     lo: u64,
@@ -96,7 +97,7 @@ async fn redact_page<E: SourceError>(
     detector: &Detector,
     whole_lines: bool,
 ) -> PageResult<ReadPage, E> {
-    let (buf, from, spans) = match kept(src, detector, page.offset, page.offset + page.length).await? {
+    let (buf, from, spans) = match kept_spans(src, detector, page.offset, page.offset + page.length).await? {
         // The secrets are known: the page's own text is its stored bytes (valid UTF-8).
         Some(spans) if !page.lossy && page.content.len() as u64 == page.length => {
             (bytes::Bytes::from(std::mem::take(&mut page.content).into_bytes()), 0, spans)
@@ -213,46 +214,14 @@ mod tests {
         });
     }
 
-    /// A source that keeps the secrets of its blocks, as the server does for blobs.
-    struct Keeping(MemorySource);
-
-    #[async_trait::async_trait]
-    impl Source for Keeping {
-        type Error = std::convert::Infallible;
-        fn size(&self) -> u64 {
-            self.0.size()
-        }
-        fn total_lines(&self) -> u64 {
-            self.0.total_lines()
-        }
-        fn digest(&self) -> Option<String> {
-            None
-        }
-        async fn checkpoint_for_offset(&self, offset: u64) -> Result<crate::paging::lines::Checkpoint, Self::Error> {
-            self.0.checkpoint_for_offset(offset).await
-        }
-        async fn checkpoint_for_line(&self, line: u64) -> Result<crate::paging::lines::Checkpoint, Self::Error> {
-            self.0.checkpoint_for_line(line).await
-        }
-        async fn read(&self, start: u64, end: u64) -> Result<bytes::Bytes, Self::Error> {
-            self.0.read(start, end).await
-        }
-        async fn kept_secrets(
-            &self,
-            detector: &Detector,
-            block: u64,
-        ) -> Option<PageResult<std::sync::Arc<[Span]>, Self::Error>> {
-            Some(block_secrets(&self.0, detector, block).await)
-        }
-    }
-
     #[test]
     fn pages_from_kept_block_secrets_are_the_pages_of_a_scan() {
         // Every sample straddling a block edge (the secret's middle on the edge), PEM blocks
         // included, with filler between; pages at and around every edge, of many sizes.
         let d = Detector::builtin();
         let (text, edges) = crate::redact::samples::across_edges(SECRET_BLOCK);
-        let (plain, keeping) = (MemorySource::new(text.clone().into()), Keeping(MemorySource::new(text.into())));
+        let (plain, keeping) =
+            (MemorySource::new(text.clone().into()), MemorySource::new(text.into()).with_secrets_by_block());
         block_on(async {
             for &(edge, line) in &edges {
                 for limit in [1, 7, 64, 500, 100_000] {

@@ -11,7 +11,7 @@ use crate::auth::{Caller, Scope};
 use crate::error::{ApiError, ApiResult};
 use crate::json::{EscapedJson, PageJson};
 use crate::state::AppState;
-use crate::store::{escaped_page, visible, BlobSource};
+use crate::store::{escaped_page, redacted_escaped_page, visible, BlobSource};
 use spillway_api::paging as page;
 
 /// `GET /v1/blobs/{digest}/read`: a byte or line page, never over 100,000 bytes of content.
@@ -30,13 +30,13 @@ pub(super) async fn read_blob(
     let row = visible(&state, &caller.namespace, &d).await?;
     let redact = caller.redacts(q.redact()).then_some(&*state.redactor);
     if redact.is_some() {
-        // A page no secret overlaps is the plain page: from the text cache, as fast.
-        if let Some(mut page) = escaped_page(&state, &row, q.page()).await? {
-            let range = page.page.offset..page.page.offset + page.page.length;
-            if crate::store::no_secret_in(&state, &row, range).await? {
+        // A page no secret overlaps is the plain page, and a byte page with secrets that
+        // page with marks: from the text cache, as fast.
+        if let Some(page) = escaped_page(&state, &row, q.page()).await? {
+            let by_bytes = matches!(q.page(), crate::store::PageAsk::Bytes { .. });
+            if let Some(page) = redacted_escaped_page(&state, &row, page, by_bytes).await? {
                 count_page(&page.page);
                 state.escaped_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                page.page.redactions = Some(0);
                 return Ok(EscapedJson(page).into_response());
             }
         }
