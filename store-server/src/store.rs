@@ -67,13 +67,13 @@ pub(crate) async fn escaped_page(state: &AppState, row: &Arc<BlobRow>, ask: Page
 
 /// The redacted form of plain page `page` (from [`escaped_page`]), from the secrets kept by
 /// block (`Source::kept_secrets`): with no secret, the plain page with `redactions: 0`; with
-/// some, on a byte page, the escaped text with marks in their place (`text.rs`). `None` when
-/// the page is to be cut the usual way.
+/// some, the escaped text with marks in their place (`text.rs`), cut as a line page when
+/// `whole_lines`. `None` when the page is to be cut the usual way.
 pub(crate) async fn redacted_escaped_page(
     state: &AppState,
     row: &Arc<BlobRow>,
     mut page: EscapedPage,
-    by_bytes: bool,
+    whole_lines: bool,
 ) -> ApiResult<Option<EscapedPage>> {
     let src = BlobSource::new(state, row)?;
     let (lo, hi) = (page.page.offset, page.page.offset + page.page.length);
@@ -85,12 +85,12 @@ pub(crate) async fn redacted_escaped_page(
         page.page.redactions = Some(0);
         return Ok(Some(page));
     }
-    let Some(text) = state.text.as_ref().filter(|_| by_bytes) else {
+    let Some(text) = &state.text else {
         return Ok(None);
     };
     let blob = TextBlob { digest: &row.digest, size: row.size, lines: row.lines, line_index: &row.line_index };
     let fetch = |r: Range<u64>| blob_range(state, row, r);
-    Ok(text.marked_byte_page(blob, &page.page, &spans, fetch).await?)
+    Ok(text.marked_page(blob, &page.page, &spans, whole_lines, fetch).await?)
 }
 
 /// Bytes `range` of a stored blob, wherever they are now: in its row (inline), in its raw

@@ -30,11 +30,11 @@ pub(super) async fn read_blob(
     let row = visible(&state, &caller.namespace, &d).await?;
     let redact = caller.redacts(q.redact()).then_some(&*state.redactor);
     if redact.is_some() {
-        // A page no secret overlaps is the plain page, and a byte page with secrets that
-        // page with marks: from the text cache, as fast.
+        // A page no secret overlaps is the plain page, and a page with secrets that page
+        // with marks: from the text cache, as fast.
         if let Some(page) = escaped_page(&state, &row, q.page()).await? {
-            let by_bytes = matches!(q.page(), crate::store::PageAsk::Bytes { .. });
-            if let Some(page) = redacted_escaped_page(&state, &row, page, by_bytes).await? {
+            let whole_lines = matches!(q.page(), crate::store::PageAsk::Lines { .. });
+            if let Some(page) = redacted_escaped_page(&state, &row, page, whole_lines).await? {
                 count_page(&page.page);
                 state.escaped_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Ok(EscapedJson(page).into_response());

@@ -96,7 +96,7 @@ async fn text_without_secrets_reads_the_same_redacted() {
 /// A blob of many blocks, read through the text cache and the secrets the server keeps by
 /// block: every redacted page — clean ones and those with a secret, a secret across a block's
 /// edge among them — is the page the detector makes of the same bytes held in memory; byte
-/// pages, with secrets or without, come from the text cache.
+/// and line pages, with secrets or without, come from the text cache.
 #[tokio::test]
 async fn redacted_pages_of_a_large_blob_are_those_of_one_scan() {
     use spillway_api::paging::{byte_page_redacted, line_page_redacted, MemorySource, SECRET_BLOCK};
@@ -125,6 +125,7 @@ async fn redacted_pages_of_a_large_blob_are_those_of_one_scan() {
         want.digest = got.digest.clone();
         assert_eq!(got, want, "line {line}");
         assert!(got.redactions >= Some(1), "line {line}: {}", got.content);
+        pages += 1;
     }
     let far = text.len() as u64 - 1000;
     let got = c.read(&rec.digest, ReadRequest::Bytes { offset: far, limit: None }).await.unwrap();
