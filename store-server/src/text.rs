@@ -303,6 +303,25 @@ impl std::fmt::Debug for TextCache {
     }
 }
 
+/// Where a raw position of a [`Span`] falls in its escaped blocks.
+#[derive(Debug, Clone, Copy)]
+struct Edge {
+    /// `\n` bytes in the blob before it.
+    newlines: u64,
+    /// Its place in the `esc` of the block of the byte before it: where a piece ends there.
+    end_at: usize,
+    /// Its place in the `esc` of its own block: where a piece starts there.
+    start_at: usize,
+    /// Whether a character starts there (or the blob ends).
+    boundary: bool,
+}
+
+impl Edge {
+    fn newlines_to(self, later: Edge) -> usize {
+        (later.newlines - self.newlines) as usize
+    }
+}
+
 /// The blocks a page's bytes lie in, and the positions found in them.
 struct Span {
     first: u64,
@@ -320,6 +339,23 @@ impl Span {
     fn byte(&self, pos: u64) -> u8 {
         let (b, rel) = self.at(pos, false);
         b.byte(rel)
+    }
+
+    /// Where `pos` falls (inside the span, or at the blob's end): [`Span::locate`] both ways
+    /// and [`Span::byte`] at once, one step through the escaped text.
+    fn edge(&self, pos: u64, size: u64) -> Edge {
+        if pos >= size {
+            let (newlines, at) = self.locate(pos, true);
+            return Edge { newlines, end_at: at, start_at: at, boundary: true };
+        }
+        let (b, rel) = self.at(pos, false);
+        let (start_at, newlines) = b.locate(rel);
+        let boundary = !is_continuation(unescape(&b.esc[start_at..]).0);
+        let end_at = match rel == 0 && pos > self.first * self.block {
+            true => self.locate(pos, true).1,
+            false => start_at,
+        };
+        Edge { newlines: b.first_line + newlines, end_at, start_at, boundary }
     }
 
     /// Where a page from `offset` asked to end at `end` ends, as `byte_page` cuts it: never
@@ -364,13 +400,6 @@ impl Span {
         };
         let content = self.content(start, start_at, stop, stop_at);
         EscapedPage { page: shown.page(Some(blob.digest.to_string()), String::new()), content }
-    }
-
-    /// The escaped text of raw bytes `start..stop` (`start < stop`), in pieces.
-    fn between(&self, start: u64, stop: u64) -> Vec<Bytes> {
-        let (_, start_at) = self.locate(start, false);
-        let (_, stop_at) = self.locate(stop, true);
-        self.content(start, start_at, stop, stop_at)
     }
 
     /// Whether the characters cut by the block edges inside `offset..stop` are whole across them.
@@ -474,53 +503,60 @@ impl TextCache {
         fetch: impl Fetch<E>,
     ) -> Result<Option<EscapedPage>, E> {
         let (offset, mut stop, mut capped) = (page.offset, page.offset + page.length, page.capped);
-        if page.lossy || page.length == 0 {
+        if page.lossy || page.length == 0 || secrets.last().is_some_and(|s| s.end as u64 > page.length) {
             return Ok(None);
         }
-        let Some(span) = self.span(blob, offset, stop, &fetch).await? else {
+        let size = blob.size;
+        // With the block of the byte after the page: a secret cut at the page's end is a
+        // character's edge there if that byte starts one.
+        let Some(span) = self.span(blob, offset, (stop + 1).min(size), &fetch).await? else {
             return Ok(None);
         };
-        let size = blob.size;
         let boundary = |pos: u64| pos >= size || !is_continuation(span.byte(pos));
-        if !secrets
-            .iter()
-            .all(|s| s.start < s.end && boundary(offset + s.start as u64) && boundary(offset + s.end as u64))
-        {
-            return Ok(None);
+        // Each secret's edges in the escaped blocks, found once.
+        let mut edges = Vec::with_capacity(secrets.len());
+        for s in secrets {
+            let (from, to) = (span.edge(offset + s.start as u64, size), span.edge(offset + s.end as u64, size));
+            if s.start >= s.end || !from.boundary || !to.boundary {
+                return Ok(None);
+            }
+            edges.push((from, to));
         }
-        // Each secret as a mark: raw bytes `a..b` of the page, the mark's text and its
-        // newlines (a mark keeps those of what it replaces).
-        let newlines = |a: u64, b: u64| span.locate(b, true).0 - span.locate(a, false).0;
+        let first = span.edge(offset, size);
         for _ in 0..4 {
             let len = (stop - offset) as usize;
-            let marks: Vec<(usize, usize, &str, usize)> = secrets
+            let last = span.edge(stop, size);
+            // Each secret as a mark: raw bytes `a..b` of the page, the mark's text, and the
+            // edges of what it replaces (a mark keeps its newlines).
+            let marks: Vec<(usize, usize, &str, Edge, Edge)> = secrets
                 .iter()
-                .take_while(|s| s.start < len)
-                .map(|s| {
-                    let end = s.end.min(len);
-                    (s.start, end, &*s.kind, newlines(offset + s.start as u64, offset + end as u64) as usize)
+                .zip(&edges)
+                .take_while(|(s, _)| s.start < len)
+                .map(|(s, &(from, to))| match s.end <= len {
+                    true => (s.start, s.end, &*s.kind, from, to),
+                    false => (s.start, len, &*s.kind, from, last),
                 })
                 .collect();
-            let mark_len = |kind: &str, nl: usize| "[REDACTED:]".len() + kind.len() + nl;
-            let shown = marks.iter().fold(len, |n, &(a, b, kind, nl)| n - (b - a) + mark_len(kind, nl));
+            let mark_len = |kind: &str, from: Edge, to: Edge| "[REDACTED:]".len() + kind.len() + from.newlines_to(to);
+            let shown = marks.iter().fold(len, |n, &(a, b, kind, from, to)| n - (b - a) + mark_len(kind, from, to));
             if shown <= READ_CAP {
                 if !span.plain(offset, stop, size) {
                     return Ok(None);
                 }
                 let mut out = span.page(blob, offset, stop, capped);
-                let (mut content, mut at) = (Vec::with_capacity(2 * marks.len() + 2), offset);
-                for &(a, b, kind, nl) in &marks {
+                let (mut content, mut at) = (Vec::with_capacity(2 * marks.len() + 2), (offset, first));
+                for &(a, b, kind, from, to) in &marks {
                     let (a, b) = (offset + a as u64, offset + b as u64);
-                    if a > at {
-                        content.extend(span.between(at, a));
+                    if a > at.0 {
+                        content.extend(span.content(at.0, at.1.start_at, a, from.end_at));
                     }
                     let Ok(kind) = sonic_rs::to_string(kind) else { return Ok(None) };
-                    let mark = format!("[REDACTED:{}]{}", &kind[1..kind.len() - 1], "\\n".repeat(nl));
+                    let mark = format!("[REDACTED:{}]{}", &kind[1..kind.len() - 1], "\\n".repeat(from.newlines_to(to)));
                     content.push(Bytes::from(mark));
-                    at = b;
+                    at = (b, to);
                 }
-                if stop > at {
-                    content.extend(span.between(at, stop));
+                if stop > at.0 {
+                    content.extend(span.content(at.0, at.1.start_at, stop, last.end_at));
                 }
                 out.content = content;
                 out.page.redactions = Some(marks.len() as u64);
@@ -531,12 +567,12 @@ impl TextCache {
             // (a cut inside a mark, or at its start, is the start of its secret).
             let mut shift = 0isize; // output position minus raw position, after the marks passed
             let mut cut = None;
-            for &(a, b, kind, nl) in &marks {
+            for &(a, b, kind, from, to) in &marks {
                 let out_start = (a as isize + shift) as usize;
                 if READ_CAP < out_start {
                     break;
                 }
-                let out_end = out_start + mark_len(kind, nl);
+                let out_end = out_start + mark_len(kind, from, to);
                 if READ_CAP < out_end {
                     cut = Some(a);
                     break;
@@ -1038,14 +1074,27 @@ mod tests {
         let body = |r: axum::response::Response| rt.block_on(axum::body::to_bytes(r.into_body(), usize::MAX)).unwrap();
         let (mut served, mut shortened, mut asked) = (0, 0, 0);
         let mut seed = 7u64;
+        let secrets = detector.find(&data);
+        let mut at_edges = 0;
         for block in [4096, BLOCK] {
             let cache = TextCache::with_block(8 << 20, block).unwrap();
+            // Block edges inside a secret: a page ending there has its last mark cut by the
+            // page's end, the byte after it in the next block.
+            let edges: Vec<u64> = secrets
+                .iter()
+                .map(|s| (s.start as u64 / block + 1) * block)
+                .filter(|&e| secrets.iter().any(|s| (s.start as u64) < e && e < s.end as u64))
+                .collect();
             for (limit, by_lines) in
                 [1u64, 5, 64, 1000, 100_000, 200_000].into_iter().flat_map(|l| [(l, false), (l, true)])
             {
-                for _ in 0..25 {
+                let ending_at_edges = edges.iter().filter(|&&e| !by_lines && e >= limit).map(|&e| (e - limit, 1));
+                let random = (0..25).map(|_| {
                     seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                    let (offset, line) = ((seed >> 33) % data.len() as u64, 1 + (seed >> 33) % lines);
+                    ((seed >> 33) % data.len() as u64, 1 + (seed >> 33) % lines)
+                });
+                let asks: Vec<(u64, u64)> = random.collect::<Vec<_>>().into_iter().chain(ending_at_edges).collect();
+                for (offset, line) in asks {
                     asked += 1;
                     let slow = match by_lines {
                         false => rt.block_on(byte_page_redacted(&plain, offset, limit, detector)),
@@ -1062,6 +1111,9 @@ mod tests {
                     let marked = cache.marked_page(blob, &page.page, &spans, by_lines, fetch);
                     let Some(fast) = rt.block_on(marked).unwrap() else { continue };
                     served += 1;
+                    let cut_at_edge =
+                        hi % block == 0 && secrets.iter().any(|s| (s.start as u64) < hi && hi < s.end as u64);
+                    at_edges += usize::from(cut_at_edge);
                     shortened += usize::from(slow.length < page.page.length);
                     let (slow, fast) = (body(PageJson(slow).into_response()), body(EscapedJson(fast).into_response()));
                     let (slow, fast) = (String::from_utf8_lossy(&slow), String::from_utf8_lossy(&fast));
@@ -1074,5 +1126,6 @@ mod tests {
         }
         assert!(served * 10 >= asked * 8, "most pages come from the blocks: {served} of {asked}");
         assert!(shortened >= 10, "marks made pages shorter: {shortened}");
+        assert!(at_edges >= 10, "pages ending at a block's edge inside a secret: {at_edges}");
     }
 }
