@@ -9,7 +9,8 @@
 #     the storage corpus (bench/make-corpus.sh: build and test logs, `dpkg -l`, `git log
 #     --stat`, JSON logs), the search benchmark's service logs, and JSON logs full of UUIDs,
 #     `blake3:`/`sha256:` digests, git SHAs, base64 payloads, paths and timestamps: marks per MiB.
-# Usage: bench/run-redact.sh   (ROUNDS=N, default 3; CORPUS=DIR a corpus made already)
+# Usage: bench/run-redact.sh   (ROUNDS=N, default 3; CORPUS=DIR a corpus made already;
+#        PARTS="1 2 3" the parts to run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/common.sh
@@ -20,6 +21,7 @@ out="$work/results.jsonl"
 : > "$out"
 say() { echo "$1" | tee -a "$out"; }
 rounds=${ROUNDS:-3}
+part() { [[ " ${PARTS:-1 2 3} " == *" $1 "* ]]; }
 
 python3 - "$work" <<'PY'
 import base64, hashlib, json, os, random, sys, uuid
@@ -65,8 +67,8 @@ export SPILLWAY_URL=http://127.0.0.1:17931
 S="$load --target spillway --url $SPILLWAY_URL --concurrency 4"
 plain=$(target/release/spillway put "$work/plain.log" | python3 -c "import json,sys; print(json.load(sys.stdin)['digest'])")
 secret=$(target/release/spillway put "$work/secrets.log" | python3 -c "import json,sys; print(json.load(sys.stdin)['digest'])")
-echo "== 1. capped reads, redact=true against plain"
-for r in $(seq "$rounds"); do
+part 1 && echo "== 1. capped reads, redact=true against plain"
+part 1 && for r in $(seq "$rounds"); do
   for blob in plain secret; do
     d=${!blob}
     say "$(with_cpu "$spw" $S --label "$blob plain $r" range --name "$d" --size 52000000 --secs 10)"
@@ -74,12 +76,15 @@ for r in $(seq "$rounds"); do
   done
 done
 
+if part 2; then
 echo "== 2. spillway exec of 1 GiB of log lines, redaction on and off"
 gen="yes '2026-12-02T10:00:00.000Z INFO svc-1 path=/v1/items/12345 status=200 dur_ms=12' | head -c 1073741824"
 on=$(best_of_3 target/release/spillway exec --local "$work/out" -- sh -c "$gen")
 off=$(best_of_3 target/release/spillway exec --local "$work/out" --no-redact -- sh -c "$gen")
 say "{\"measure\": \"exec_1gib\", \"redact_secs\": ${on% *}, \"no_redact_secs\": ${off% *}}"
+fi
 
+if part 3; then
 echo "== 3. false alarms"
 corpus=${CORPUS:-/tmp/spillway-bench-storage/corpus}
 [ -d "$corpus" ] || bench/make-corpus.sh "$corpus" > /dev/null
@@ -87,6 +92,7 @@ logs=${LOGS:-/tmp/spillway-search-logs}
 files=("$corpus"/* "$work/ids.jsonl" "$work/plain.log")
 [ -d "$logs" ] && files+=("$logs"/00*)
 say "$(target/release/spillway-redact-scan "${files[@]}")"
+fi
 
 python3 - "$out" <<'PY'
 import json, sys

@@ -19,7 +19,7 @@ mod tokens;
 pub use blobs::{AddRef, BlobRow, BlobState, Complete, NewRef, RefRow, Referenced};
 pub use chunks::{ChunkLoc, Compacted, NewPack, StorageStats};
 pub use error::{DbError, DbResult};
-pub use pool::{Backend, Db};
+pub use pool::{Backend, Db, GROUP_SECONDS, GROUP_WRITES};
 pub use search::{SearchOutput, MAX_SEARCH_OUTPUTS};
 pub use streams::{AppendOutcome, StreamRow};
 pub use tokens::{token_id, TokenInfo, TokenRow};

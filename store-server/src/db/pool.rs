@@ -24,6 +24,17 @@ pub enum Backend {
 /// Most writes one SQLite group commit takes.
 const GROUP_MAX: usize = 256;
 
+/// Histogram of the writes each SQLite group commit made durable together.
+pub const GROUP_WRITES: &str = "spillway_db_group_commit_writes";
+/// Histogram of the time of each SQLite group commit (statements and COMMIT).
+pub const GROUP_SECONDS: &str = "spillway_db_group_commit_seconds";
+
+/// Records one group commit of `writes` writes begun at `began`.
+fn record_group(writes: usize, began: std::time::Instant) {
+    metrics::histogram!(GROUP_WRITES).record(writes as f64);
+    metrics::histogram!(GROUP_SECONDS).record(began.elapsed().as_secs_f64());
+}
+
 /// A write waiting for the SQLite group commit: runs its statements, then hears the outcome.
 enum Job {
     Sqlx(SqlxJob),
@@ -298,6 +309,8 @@ async fn commit_native(
     commits: std::sync::Arc<std::sync::atomic::AtomicU64>,
 ) -> Option<rusqlite::Connection> {
     tokio::task::spawn_blocking(move || {
+        let began = std::time::Instant::now();
+        let writes = jobs.len();
         let mut finishers = Vec::with_capacity(jobs.len());
         let begun = conn.execute_batch("BEGIN IMMEDIATE").map_err(DbError::from);
         if begun.is_ok() {
@@ -311,6 +324,7 @@ async fn commit_native(
                 DbError::from(e)
             })
         });
+        record_group(writes, began);
         if let Err(e) = &committed {
             tracing::error!(cause = ?e, "SQLite group commit failed");
         }
@@ -325,6 +339,7 @@ async fn commit_native(
 
 /// One transaction of writes through sqlx.
 async fn commit_sqlx(conn: &mut AnyConnection, jobs: Vec<SqlxJob>, commits: &std::sync::atomic::AtomicU64) {
+    let (began, writes) = (std::time::Instant::now(), jobs.len());
     let begun = conn.execute("BEGIN IMMEDIATE").await.map_err(DbError::from);
     let mut finishers = Vec::with_capacity(jobs.len());
     if begun.is_ok() {
@@ -343,6 +358,7 @@ async fn commit_sqlx(conn: &mut AnyConnection, jobs: Vec<SqlxJob>, commits: &std
             }
         },
     };
+    record_group(writes, began);
     if let Err(e) = &committed {
         tracing::error!(cause = ?e, "SQLite group commit failed");
     }

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::state::AppState;
 
@@ -17,6 +17,9 @@ static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 /// never fall to 0 between scrapes.
 const LATENCY_BUCKETS: &[f64] =
     &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+/// Buckets of [`db::GROUP_WRITES`](crate::db::GROUP_WRITES), a count of writes.
+const GROUP_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 
 /// The counters the README tells operators to watch, with their help text. Each is present
 /// from the start, at zero, so a dashboard never confuses "no events" with "no data".
@@ -40,7 +43,8 @@ pub fn install_metrics() -> Option<&'static PrometheusHandle> {
         .get_or_init(|| {
             let recorder = PrometheusBuilder::new()
                 .set_buckets(LATENCY_BUCKETS)
-                .expect("the bucket list is not empty")
+                .and_then(|b| b.set_buckets_for_metric(Matcher::Full(crate::db::GROUP_WRITES.into()), GROUP_BUCKETS))
+                .expect("the bucket lists are not empty")
                 .build_recorder();
             let handle = recorder.handle();
             metrics::set_global_recorder(recorder).ok()?;
@@ -59,6 +63,16 @@ pub fn install_metrics() -> Option<&'static PrometheusHandle> {
                 metrics::gauge!(name).set(0.0);
             }
             metrics::describe_counter!("spillway_http_requests_total", "HTTP requests by method, route and status.");
+            metrics::describe_histogram!(
+                crate::db::GROUP_WRITES,
+                metrics::Unit::Count,
+                "Writes each SQLite group commit made durable together."
+            );
+            metrics::describe_histogram!(
+                crate::db::GROUP_SECONDS,
+                metrics::Unit::Seconds,
+                "Time of one SQLite group commit: its writes' statements and the COMMIT (one fsync)."
+            );
             metrics::describe_histogram!(
                 "spillway_http_request_duration_seconds",
                 metrics::Unit::Seconds,
