@@ -260,7 +260,8 @@ async fn hold_row(c: &mut AnyConnection, b: &BlobRow, now: i64, hint: Option<Blo
 
 /// [`hold_row`] on the SQLite writer's own connection (a write transaction: nothing else
 /// changes the row between the statements).
-/// The pages a re-upload of inline content of `len` bytes held already writes to `write_pad`.
+/// The pages a re-upload of content held already writes to `write_pad`, for a row holding
+/// `len` bytes besides its fixed columns (the inline content, or else the line index).
 ///
 /// SQLite leaves a page untouched when a statement writes what it holds already, so a
 /// re-upload, rewriting its row in place with the same values, writes only its index entries;
@@ -306,9 +307,14 @@ fn hold_row_natively(c: &rusqlite::Connection, b: &BlobRow, now: i64, hint: Opti
                      WHERE digest = ?1 AND state = 'live'",
                 )?
                 .execute(rusqlite::params![b.digest.hex(), b.sha256.hex(), b.inline_data])?,
+            // Content stored as a file or object: its row and index entries written again too,
+            // for the same reason (the bytes are published again all the same, see `publish`).
             Hold::Keep => c
-                .prepare_cached("UPDATE blobs SET unreferenced_since = NULL WHERE digest = ?1 AND state = 'live'")?
-                .execute(rusqlite::params![b.digest.hex()])?,
+                .prepare_cached(
+                    "UPDATE blobs SET unreferenced_since = NULL, digest = ?1, sha256 = ?2 \
+                     WHERE digest = ?1 AND state = 'live'",
+                )?
+                .execute(rusqlite::params![b.digest.hex(), b.sha256.hex()])?,
             Hold::TakeBack => c
                 .prepare_cached(
                     "UPDATE blobs SET state = 'live', unreferenced_since = NULL, deleting_since = NULL, \
@@ -326,8 +332,9 @@ fn hold_row_natively(c: &rusqlite::Connection, b: &BlobRow, now: i64, hint: Opti
                 ])?,
         };
         if n == 1 {
-            if let (Hold::Keep, Some(data)) = (step, &b.inline_data) {
-                c.prepare_cached("UPDATE write_pad SET n = n + 1 WHERE id <= ?1")?.execute([pad_pages(data.len())])?;
+            if let Hold::Keep = step {
+                let own = b.inline_data.as_ref().map_or(b.line_index.len(), Vec::len);
+                c.prepare_cached("UPDATE write_pad SET n = n + 1 WHERE id <= ?1")?.execute([pad_pages(own)])?;
             }
             return Ok(step);
         }
