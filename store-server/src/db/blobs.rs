@@ -258,8 +258,6 @@ async fn hold_row(c: &mut AnyConnection, b: &BlobRow, now: i64, hint: Option<Blo
     Err(DbError::unavailable("the content's row kept changing; retry"))
 }
 
-/// [`hold_row`] on the SQLite writer's own connection (a write transaction: nothing else
-/// changes the row between the statements).
 /// The pages a re-upload of content held already writes to `write_pad`, for a row holding
 /// `len` bytes besides its fixed columns (the inline content, or else the line index).
 ///
@@ -281,6 +279,8 @@ fn pad_pages(len: usize) -> i64 {
     (pages / PAGE + extra).min(6) as i64
 }
 
+/// [`hold_row`] on the SQLite writer's own connection (a write transaction: nothing else
+/// changes the row between the statements).
 fn hold_row_natively(c: &rusqlite::Connection, b: &BlobRow, now: i64, hint: Option<BlobState>) -> DbResult<Hold> {
     for step in hold_order(hint) {
         let n = match step {
