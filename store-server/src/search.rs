@@ -266,7 +266,10 @@ impl Scan<'_> {
         let (mut index, mut line) = (start.index, start.line);
         let at = |index, line| Some(Position { snapshot: start.snapshot, index, line });
         while index < outputs.len() {
-            if Instant::now() >= self.deadline {
+            // Only once this request has moved on: a cursor always advances, so following it
+            // ends even when the budget was spent before the first output (a slow database).
+            let moved = (index, line) != (start.index, start.line);
+            if moved && Instant::now() >= self.deadline {
                 return Ok((resp, at(index, line)));
             }
             if resp.matches.len() >= max_matches || text_left == 0 {

@@ -227,6 +227,7 @@ const find = {
   found: 0,
   outputs: 0,
   last: null,
+  walking: null,
 
   async run(params) {
     const labels = [];
@@ -251,11 +252,46 @@ const find = {
     await this.more();
   },
 
+  // Like a grep in one output, a search call answers at most MATCHES_PER_CALL matches and stops
+  // sooner when the server's time budget runs out; the walk goes on by itself until a click's worth
+  // is shown or every output is searched, and "more to search" then means what it says.
   async more() {
-    $('find-status').textContent = 'Searching…';
-    const answer = await api('/v1/search', { ...this.query, max_matches: MATCHES_PER_CALL, cursor: this.cursor });
+    const query = this.query;
+    if (this.walking === query) return; // one walk per search: a click during one waits for it
+    this.walking = query;
+    try {
+      await this.walk();
+    } finally {
+      if (this.walking === query) this.walking = null;
+    }
+  },
+
+  async walk() {
+    const query = this.query;
+    let shown = 0;
+    for (;;) {
+      const answer = await api('/v1/search', { ...query, max_matches: MATCHES_PER_CALL - shown, cursor: this.cursor });
+      if (query !== this.query) return; // a newer search replaced this one
+      this.show(answer.matches);
+      shown += answer.matches.length;
+      this.found += answer.matches.length;
+      this.outputs += answer.outputs_scanned;
+      this.cursor = answer.next_cursor;
+      // Hidden while the walk goes on: a click then would start a second walk from one cursor.
+      $('find-more').hidden = !this.cursor || shown < MATCHES_PER_CALL;
+      const found = `${this.found.toLocaleString('en')} match${this.found === 1 ? '' : 'es'}`;
+      const outputs = `${this.outputs.toLocaleString('en')} outputs searched`;
+      if (!this.cursor || shown >= MATCHES_PER_CALL) {
+        $('find-status').textContent = `${found} in ${outputs}${this.cursor ? '; more to search' : ''}`;
+        return;
+      }
+      $('find-status').textContent = `Searching… ${found} so far, ${outputs}`;
+    }
+  },
+
+  show(matches) {
     const list = $('find-results');
-    for (const m of answer.matches) {
+    for (const m of matches) {
       if (m.digest !== this.last) {
         const head = document.createElement('li');
         head.className = 'output';
@@ -275,13 +311,6 @@ const find = {
       li.append(link);
       list.append(li);
     }
-    this.found += answer.matches.length;
-    this.outputs += answer.outputs_scanned;
-    this.cursor = answer.next_cursor;
-    $('find-more').hidden = !this.cursor;
-    const more = this.cursor ? '; more to search' : '';
-    $('find-status').textContent =
-      `${this.found.toLocaleString('en')} match${this.found === 1 ? '' : 'es'} in ${this.outputs.toLocaleString('en')} outputs searched${more}`;
   },
 
   submit(event) {
@@ -659,30 +688,56 @@ const viewer = {
 
   // ------------------------------------------------------------ search
 
+  // One call of the server's grep answers at most MATCHES_PER_CALL lines, and stops sooner when its
+  // time budget runs out (`next_line` set on fewer matches). The second kind of stop is the server's,
+  // not the user's, so the walk goes on until a full call's worth is shown or the output ends: the
+  // count is exact whenever no "+" follows it.
   async searchFrom(fromLine) {
     const s = this.search;
-    const found = await api(`${this.base}/grep`, {
-      pattern: s.pattern,
-      fixed: s.fixed,
-      ignore_case: s.ignoreCase,
-      from_line: fromLine,
-      max_matches: MATCHES_PER_CALL,
-    });
-    const list = $('results');
-    for (const m of found.matches) {
-      const li = document.createElement('li');
-      const n = document.createElement('span');
-      n.className = 'n';
-      n.textContent = `${m.line}:`;
-      li.append(n, document.createTextNode(` ${m.text}${m.shortened ? ' …' : ''}`));
-      li.dataset.index = String(s.matches.length);
-      s.matches.push(m.line);
-      list.append(li);
+    if (s.walking) return; // one walk at a time: "next match" during one waits for it
+    s.walking = true;
+    try {
+      await this.walkFrom(s, fromLine);
+    } finally {
+      s.walking = false;
     }
-    s.next = found.next_line;
-    $('results-more').hidden = !s.next;
-    $('results-box').hidden = false;
-    $('search-status').textContent = `${s.matches.length.toLocaleString('en')}${s.next ? '+' : ''} matching lines`;
+  },
+
+  async walkFrom(s, fromLine) {
+    const list = $('results');
+    let line = fromLine;
+    let shown = 0;
+    for (;;) {
+      const found = await api(`${this.base}/grep`, {
+        pattern: s.pattern,
+        fixed: s.fixed,
+        ignore_case: s.ignoreCase,
+        from_line: line,
+        max_matches: MATCHES_PER_CALL - shown,
+      });
+      if (s !== this.search) return; // a newer search replaced this one
+      for (const m of found.matches) {
+        const li = document.createElement('li');
+        const n = document.createElement('span');
+        n.className = 'n';
+        n.textContent = `${m.line}:`;
+        li.append(n, document.createTextNode(` ${m.text}${m.shortened ? ' …' : ''}`));
+        li.dataset.index = String(s.matches.length);
+        s.matches.push(m.line);
+        list.append(li);
+      }
+      shown += found.matches.length;
+      s.next = found.next_line;
+      $('results-more').hidden = !s.next || shown < MATCHES_PER_CALL;
+      $('results-box').hidden = false;
+      const count = s.matches.length.toLocaleString('en');
+      if (!s.next || shown >= MATCHES_PER_CALL) {
+        $('search-status').textContent = `${count}${s.next ? '+' : ''} matching lines`;
+        return;
+      }
+      $('search-status').textContent = `Searching from line ${s.next.toLocaleString('en')}… ${count} found so far`;
+      line = s.next;
+    }
   },
 
   async startSearch(event) {

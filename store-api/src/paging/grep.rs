@@ -301,7 +301,11 @@ async fn grep_windows<E: SourceError>(
     let mut finished = false;
     while pos < size {
         let late = req.deadline.is_some_and(|d| std::time::Instant::now() >= d);
-        if (pos >= scan_end || late) && !finished {
+        // A call stops early only past a line it has finished, so that `next_line` moves on and
+        // a caller following it always gets to the end: a deadline that passed before the first
+        // window (a slow read, a busy machine) or a line longer than the scan limit would
+        // otherwise answer `next_line == from_line` for ever.
+        if (pos >= scan_end || late) && !finished && cur_line > req.from_line {
             out.stop_at(cur_line);
             return Ok((out.resp, if late { GrepEnd::Deadline } else { GrepEnd::ScanLimit }));
         }

@@ -1073,6 +1073,38 @@ mod tests {
         }
     }
 
+    /// A call always moves `next_line` on: a deadline already passed, or a line longer than the
+    /// scan limit, still ends the call past a finished line, so following `next_line` ends.
+    #[test]
+    fn grep_stopped_early_still_moves_on() {
+        let re = compile_pattern("M", false, false).unwrap();
+        let text = format!("{}M\nx\nM\n{}\nM\n", "a".repeat(200), "b".repeat(300));
+        let src = Mem::new_vec(text.clone().into_bytes());
+        let past = std::time::Instant::now() - std::time::Duration::from_secs(1);
+        for (walk, deadline) in [
+            (Walk { window: 64, scan_limit: u64::MAX }, Some(past)),
+            (Walk { window: 16, scan_limit: 8 }, None),
+            (Walk { window: 16, scan_limit: 8 }, Some(past)),
+        ] {
+            let (mut found, mut from, mut calls) = (Vec::new(), 1, 0);
+            loop {
+                calls += 1;
+                assert!(calls < 100, "{walk:?}: next_line never reached the end");
+                let req = GrepRequest { from_line: from, deadline, ..GrepRequest::new(&re) };
+                let r = block_on(grep_walking(&src, req, walk)).unwrap();
+                found.extend(r.matches.iter().map(|m| m.line));
+                match r.next_line {
+                    Some(next) => {
+                        assert!(next > from, "{walk:?}: from {from}, next {next}");
+                        from = next;
+                    }
+                    None => break,
+                }
+            }
+            assert_eq!(found, [1, 3, 5], "{walk:?}");
+        }
+    }
+
     #[test]
     fn a_line_longer_than_the_window_is_one_match_marked_shortened() {
         let re = compile_pattern("M", false, false).unwrap();

@@ -128,7 +128,9 @@ async fn goto_line(b: &Client, line: u64) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn viewer_in_a_real_browser() {
-    let srv = TestServer::start().await;
+    // A search budget this short stops every grep and search call after its first window, as a
+    // slow machine would: the viewer must walk on by itself and still show exact counts.
+    let srv = TestServer::start_with(|c| c.search_budget = Duration::from_millis(1)).await;
     let c = srv.client();
     let opts = UploadOptions::default().label("tool", "ui-test");
     let big = c.put(Bytes::from(numbered(1_000_000)), &opts).await.unwrap().digest.to_string();
@@ -235,7 +237,9 @@ async fn viewer_in_a_real_browser() {
     // Search, jump to a match, and step to the next one.
     fill(&b, "#search-input", "^line 5000[0-9]$").await;
     find(&b, "#search-form button").await.click().await.unwrap();
-    see_containing(&b, "#search-status", "10 matching lines").await;
+    see_text(&b, "#search-status", "10 matching lines").await;
+    let greps = urls_visited(&b).await.iter().filter(|u| u.contains("/grep?")).count();
+    assert!(greps > 1, "one grep call covered the whole output ({greps}): the walk on was not tried");
     see_text(&b, ".row.target", "line 50000").await;
     find(&b, "#next-match").await.click().await.unwrap();
     see_text(&b, ".row.target", "line 50001").await;
@@ -311,6 +315,7 @@ async fn viewer_in_a_real_browser() {
     fill(&b, "#find-labels", "tool=ui-test").await;
     find(&b, "#find-form button").await.click().await.unwrap();
     see_containing(&b, "#find-status", "1 match in").await;
+    assert!(!find(&b, "#find-status").await.text().await.unwrap().contains("more to search"));
     see_containing(&b, "#find-results li.output", &big).await;
     see_text(&b, "#find-results li.hit", "777777: line 777777").await;
     find(&b, "#find-results li.hit a").await.click().await.unwrap();
