@@ -4,6 +4,7 @@
 //! [`server::serve`]; tests do the same on `127.0.0.1:0`.
 
 pub mod auth;
+mod backend;
 pub mod blobs;
 mod cache;
 pub mod chunks;

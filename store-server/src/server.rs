@@ -23,8 +23,7 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
     tokio::fs::create_dir_all(&config.data_dir).await?;
     crate::blobs::make_private(&config.data_dir).await?;
     let db = Db::connect(&config.database_url()).await?;
-    let blobs =
-        BlobStore::open(&config.blob_store_url(), &config.s3_options).await?.with_read_cache(config.read_cache_bytes);
+    let blobs = BlobStore::open(&config.blob_store_url(), &config.s3_options, config.read_cache_bytes).await?;
     crate::routes::install_metrics();
     let embedded = db.backend() == crate::db::Backend::Sqlite;
     let visibility = Arc::new(crate::state::VisibilityCache::new(embedded));
