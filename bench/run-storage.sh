@@ -84,35 +84,56 @@ fi
 
 if part 3; then
 echo "== 3. small PUTs and capped reads beside the server's own compaction (its niced heavy pool)"
-# Each round: a slice of load on a fresh server that does not compact, then new bytes to
-# compact (the corpus twice with its lines reversed: no chunk in common with what is stored),
-# then the same slice on a fresh server that compacts them meanwhile. The slices are short and
-# side by side, so both see the same database; the log tells whether the pass was still going
-# when the slice ended.
+# Each round: new bytes to compact (the corpus twice with its lines reversed: no chunk in common
+# with what is stored), then three slices of load on the same data: one on a server that does
+# not compact, one on a server that compacts those bytes meanwhile, one on a server that does
+# not compact again. The compacting slice is compared with the mean of the two around it, so
+# that the database's growth over the run (every slice adds 4,000 rows) weighs on both sides
+# alike. The log tells whether the pass was still going when the compacting slice ended.
 slice() { # label
   with_cpu "$spw" $load --target spillway --url $SPILLWAY_URL --concurrency 16 --label "$1 PUT 4 KiB" \
     put --size 4096 --count 4000 | tee -a "$out"
   with_cpu "$spw" $load --target spillway --url $SPILLWAY_URL --concurrency 16 --label "$1 capped 100 KB read" \
     range --name "$big" --size 50000000 --secs 3 | tee -a "$out"
 }
-restart() { kill "$spw"; wait "$spw" 2>/dev/null || true; start_spillway "$work/data" 17901; }
-for round in $(seq 1 "${ROUNDS:-3}"); do
-  restart
-  slice "quiet r$round"
-  for copy in a b; do
-    for f in "$corpus"/*; do { echo "round $round$copy"; tac "$f"; } | target/release/spillway put >/dev/null; done
-  done
+quiet() { kill "$spw"; wait "$spw" 2>/dev/null || true; start_spillway "$work/data" 17901; }
+compacting() {
   kill "$spw"; wait "$spw" 2>/dev/null || true
   SPILLWAY_COMPACT_AFTER=0 SPILLWAY_COMPACT_INTERVAL=1 RUST_LOG=warn,spillway_server::compaction=info \
     target/release/spillway-server --data-dir "$work/data" --listen 127.0.0.1:17901 >"$work/compacting.log" 2>&1 &
   spw=$!
   wait_ready "$work/data" 17901
+}
+for round in $(seq 1 "${ROUNDS:-3}"); do
+  quiet
+  for copy in a b; do
+    for f in "$corpus"/*; do { echo "round $round$copy"; tac "$f"; } | target/release/spillway put >/dev/null; done
+  done
+  slice "before r$round"
+  compacting
   slice "compacting r$round"
   running=$(grep -q "compaction pass" "$work/compacting.log" && echo false || echo true)
   say "{\"measure\": \"busy_compaction\", \"round\": $round, \"still_compacting_at_slice_end\": $running}"
-  # Let the pass end before the next round.
+  quiet
+  slice "after r$round"
+  # The rest of the pass, before the next round's bytes.
+  compacting
   for _ in $(seq 300); do grep -q "compaction pass" "$work/compacting.log" && break; sleep 0.2; done
 done
+python3 - "$out" <<'PY'
+import json, re, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+p50 = {r["label"]: r["p50_ms"] for r in rows if "label" in r and "p50_ms" in r}
+for what in ("PUT 4 KiB", "capped 100 KB read"):
+    for label, v in sorted(p50.items()):
+        m = re.match(rf"compacting r(\d+) {re.escape(what)}$", label)
+        if m:
+            r = m.group(1)
+            quiet = (p50[f"before r{r} {what}"] + p50[f"after r{r} {what}"]) / 2
+            print(json.dumps({"measure": "beside_compaction", "what": what, "round": int(r),
+                              "p50_ms_compacting": v, "p50_ms_quiet_mean": round(quiet, 3),
+                              "ratio": round(v / quiet, 3)}))
+PY
 fi
 
 part 4 || exit 0

@@ -344,6 +344,15 @@ impl BlobStore {
         self.backend.read_blob(d, size, range).await
     }
 
+    /// Starts fetching bytes `range` of blob `d` (of `size` bytes), which a scan will read
+    /// next: on local disk the kernel's read-ahead is asked for them; an object store reads
+    /// them now into its block cache, where the scan's own read finds them, or joins the fetch.
+    pub fn read_ahead(&self, d: &Digest, size: u64, range: Range<u64>) {
+        if !range.is_empty() {
+            self.backend.will_read(d, size, range);
+        }
+    }
+
     /// A blob (or a range of it) as a stream of chunks, for full downloads.
     pub async fn get_stream(&self, d: &Digest, range: Range<u64>) -> Result<ByteStream, BlobError> {
         self.backend.stream_blob(d, range).await

@@ -286,7 +286,7 @@ impl Scan<'_> {
                 }
                 Err(e) => return Err(e),
             };
-            let src = BlobSource::new(self.state, &row)?;
+            let src = BlobSource::new(self.state, &row)?.scanning();
             resp.outputs_scanned += 1;
             let mut matched = false;
             loop {

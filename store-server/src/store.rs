@@ -171,12 +171,40 @@ pub struct BlobSource {
     state: AppState,
     row: Arc<BlobRow>,
     index: LineIndex,
+    /// Whether each read starts fetching the bytes after it (see [`BlobSource::scanning`]).
+    ahead: bool,
 }
 
 impl BlobSource {
     /// The blob of `row`, for the paging code.
     pub fn new(state: &AppState, row: &Arc<BlobRow>) -> ApiResult<Self> {
-        Ok(Self { state: state.clone(), row: row.clone(), index: LineIndex::decode(&row.line_index) })
+        Ok(Self { state: state.clone(), row: row.clone(), index: LineIndex::decode(&row.line_index), ahead: false })
+    }
+
+    /// The same source for a scan front to back (grep, search): each read of `n` bytes starts
+    /// fetching the `n` after it, so that the disk, S3 or the decompression of the next chunks
+    /// works while the scan reads these. A compacted blob's next chunks are decompressed into
+    /// the chunk cache by a task of their own (a read that comes before they are done joins
+    /// their decompression); a raw one's are asked of its backend (`BlobStore::read_ahead`).
+    pub fn scanning(mut self) -> Self {
+        self.ahead = self.row.inline_data.is_none();
+        self
+    }
+
+    /// Starts fetching the bytes a scan reads after `start..end`.
+    fn read_ahead(&self, start: u64, end: u64) {
+        let next = end..self.row.size.min(end + (end - start));
+        if next.is_empty() {
+            return;
+        }
+        if self.row.chunked {
+            let (state, row) = (self.state.clone(), self.row.clone());
+            tokio::spawn(async move {
+                let _ = state.chunks.read(&state.db, &state.blobs, &row.digest, next).await;
+            });
+        } else {
+            self.state.blobs.read_ahead(&self.row.digest, self.row.size, next);
+        }
     }
 }
 
@@ -199,7 +227,11 @@ impl Source for BlobSource {
         Ok(self.index.for_line(line))
     }
     async fn read(&self, start: u64, end: u64) -> Result<Bytes, BlobError> {
-        blob_range(&self.state, &self.row, start..end).await
+        let bytes = blob_range(&self.state, &self.row, start..end).await?;
+        if self.ahead {
+            self.read_ahead(start, end);
+        }
+        Ok(bytes)
     }
     async fn kept_secrets(
         &self,

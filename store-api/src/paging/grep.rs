@@ -344,6 +344,10 @@ async fn grep_windows<E: SourceError>(
             remember_tail(&mut out.recent, hay, cur_line, req.before);
             mid_line = hay.last() != Some(&b'\n');
         }
+        if finished && out.owed_after == 0 {
+            // Nothing is owed past the last match: the next window need not be read.
+            return Ok((out.resp, GrepEnd::MaxMatches));
+        }
         pos += usable as u64;
         // A window of matching costs up to a few milliseconds and a read from the page cache
         // never waits: give the worker back between windows, so that a long grep does not

@@ -24,7 +24,7 @@ use crate::direct::{Parts, Pending};
 pub(crate) struct ObjectBackend {
     objects: Arc<dyn ObjectStore>,
     /// Blocks of blobs read lately; `None` when the cache is smaller than one block.
-    blocks: Option<BlockCache>,
+    blocks: Option<Arc<BlockCache>>,
     syncs: AtomicU64,
 }
 
@@ -32,7 +32,7 @@ impl ObjectBackend {
     /// Opens `objects`, keeping up to `read_cache_bytes` of blob blocks in memory, and removes
     /// temporary objects left a day ago or more by dead uploads.
     pub(crate) async fn open(objects: Arc<dyn ObjectStore>, read_cache_bytes: u64) -> Self {
-        let this = Self { objects, blocks: BlockCache::new(read_cache_bytes), syncs: AtomicU64::new(0) };
+        let this = Self { objects, blocks: BlockCache::new(read_cache_bytes).map(Arc::new), syncs: AtomicU64::new(0) };
         this.clean_tmp().await;
         this
     }
@@ -93,6 +93,21 @@ impl Backend for ObjectBackend {
         let opts = object_store::GetOptions { range: Some(range.into()), ..Default::default() };
         let res = self.objects.get_opts(&blob_key(d), opts).await?;
         Ok(res.into_stream().map_err(BlobError::from).boxed())
+    }
+
+    /// Read into the block cache by a task of its own; without a cache, nothing (the bytes
+    /// would be fetched twice).
+    fn will_read(&self, d: &Digest, size: u64, range: Range<u64>) {
+        let Some(blocks) = self.blocks.clone() else { return };
+        if range.start >= size.min(range.end) {
+            return;
+        }
+        let (objects, d) = (self.objects.clone(), *d);
+        tokio::spawn(async move {
+            let key = blob_key(&d);
+            let fetch = |r: Range<u64>| async { Ok::<_, BlobError>(objects.get_range(&key, r).await?) };
+            let _ = blocks.read(&d, size, range.start..range.end.min(size), fetch).await;
+        });
     }
 
     async fn read_pack(&self, id: &str, range: Range<u64>) -> Result<Bytes, BlobError> {

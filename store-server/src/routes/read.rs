@@ -67,7 +67,7 @@ pub(super) async fn grep_blob(
     let d = parse_digest(&raw)?;
     let regex = q.compile()?;
     let row = visible(&state, &caller.namespace, &d).await?;
-    let src = BlobSource::new(&state, &row)?;
+    let src = BlobSource::new(&state, &row)?.scanning();
     let budget = state.config.search_budget;
     let redact = caller.redacts(q.redact()).then(|| state.redactor.clone());
     // The answer is made into JSON on the heavy pool too: a page of matches can be 100 KB.

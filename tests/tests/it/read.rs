@@ -191,6 +191,28 @@ async fn over_long_line_continues_by_bytes_and_lossy_is_flagged() {
     srv.stop().await;
 }
 
+/// A grep reads ahead of its scan: on S3 the window after the one it scanned is fetched into the
+/// block cache while it works, so that the scan's next read asks the store for nothing. (On disk
+/// the kernel is asked to read it ahead, which no count shows.)
+#[tokio::test]
+async fn a_grep_fetches_the_window_after_the_one_it_scans() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    let text: String = (0..400_000).map(|i| format!("line {i:07}\n")).collect();
+    let d = c.put(Bytes::from(text), &UploadOptions::default()).await.unwrap().digest;
+    let before = srv.s3_requests("get");
+    let g = GrepRequest { pattern: "line 0000000".into(), fixed: true, max_matches: Some(1), ..Default::default() };
+    let r = c.grep(&d, &g).await.unwrap();
+    assert_eq!(r.matches.iter().map(|m| m.line).collect::<Vec<_>>(), [1]);
+    if !is_remote() {
+        return;
+    }
+    // The one window it scanned (1 MiB: 4 blocks of 256 KiB), and the next one, read ahead.
+    eventually("the next window is fetched", || srv.s3_requests("get") - before >= 8).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(srv.s3_requests("get") - before, 8, "one window ahead, no more");
+}
+
 #[tokio::test]
 async fn grep_is_capped_resumable_and_safe() {
     let srv = TestServer::start().await;
