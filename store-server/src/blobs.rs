@@ -349,7 +349,7 @@ impl BlobStore {
     /// them now into its block cache, where the scan's own read finds them, or joins the fetch.
     pub fn read_ahead(&self, d: &Digest, size: u64, range: Range<u64>) {
         if !range.is_empty() {
-            self.backend.will_read(d, size, range);
+            self.backend.clone().will_read(d, size, range);
         }
     }
 

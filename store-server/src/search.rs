@@ -245,7 +245,25 @@ struct Scan<'a> {
     redact: Option<&'a spillway_api::redact::Detector>,
 }
 
+/// What a scan reads of an output at a time (the grep's window), and fetches of the next output
+/// while it scans this one.
+const READ_AHEAD: u64 = 1 << 20;
+
 impl Scan<'_> {
+    /// Starts fetching the first window of `next`, the output after the one being scanned, so
+    /// that outputs smaller than a window are read ahead too (`BlobSource::scanning`).
+    fn fetch_first_window(&self, next: Option<&SearchOutput>) {
+        let Some((digest, _)) = next else { return };
+        let (state, ns, digest) = (self.state.clone(), self.ns.clone(), AnyDigest::Blake3(*digest));
+        tokio::spawn(async move {
+            if let Ok(row) = visible(&state, &ns, &digest).await {
+                if let Ok(src) = BlobSource::new(&state, &row) {
+                    src.scanning().fetch_ahead(0..READ_AHEAD);
+                }
+            }
+        });
+    }
+
     /// Scans `outputs` from `start` until the list ends, the budget is spent or the answer is
     /// full; answers what it found and where to go on (`None`: nothing is left).
     async fn run(
@@ -277,6 +295,9 @@ impl Scan<'_> {
                 return Ok((resp, at(index, line)));
             }
             let (digest, labels) = &outputs[index];
+            if line == 1 {
+                self.fetch_first_window(outputs.get(index + 1));
+            }
             let row = match visible(self.state, self.ns, &AnyDigest::Blake3(*digest)).await {
                 Ok(row) => row,
                 Err(ApiError::NotFound(_)) => {

@@ -191,10 +191,10 @@ impl BlobSource {
         self
     }
 
-    /// Starts fetching the bytes a scan reads after `start..end`.
-    fn read_ahead(&self, start: u64, end: u64) {
-        let next = end..self.row.size.min(end + (end - start));
-        if next.is_empty() {
+    /// Starts fetching bytes `range` (cut at the blob's end), which a scan will read next.
+    pub fn fetch_ahead(&self, range: Range<u64>) {
+        let next = range.start..self.row.size.min(range.end);
+        if !self.ahead || next.is_empty() {
             return;
         }
         if self.row.chunked {
@@ -228,9 +228,7 @@ impl Source for BlobSource {
     }
     async fn read(&self, start: u64, end: u64) -> Result<Bytes, BlobError> {
         let bytes = blob_range(&self.state, &self.row, start..end).await?;
-        if self.ahead {
-            self.read_ahead(start, end);
-        }
+        self.fetch_ahead(end..end + (end - start));
         Ok(bytes)
     }
     async fn kept_secrets(

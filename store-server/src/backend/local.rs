@@ -166,13 +166,17 @@ impl Backend for LocalDisk {
         Ok(())
     }
 
-    /// The kernel reads the range into the page cache in the background (`POSIX_FADV_WILLNEED`)
-    /// when the blob's file is open; a scan's next window is then a copy out of memory, even cold.
-    fn will_read(&self, d: &Digest, _size: u64, range: Range<u64>) {
-        if let Some(file) = self.open_files.get(d) {
-            let len = std::num::NonZeroU64::new(range.end - range.start);
-            let _ = rustix::fs::fadvise(&*file, range.start, len, rustix::fs::Advice::WillNeed);
-        }
+    /// The kernel reads the range into the page cache in the background (`POSIX_FADV_WILLNEED`
+    /// on the blob's file, opened and kept for the read to come): a scan's next window, or next
+    /// output, is then a copy out of memory, even cold.
+    fn will_read(self: Arc<Self>, d: &Digest, _size: u64, range: Range<u64>) {
+        let d = *d;
+        tokio::spawn(async move {
+            if let Ok(file) = self.file(&self.open_files, d, blob_key(&d)).await {
+                let len = std::num::NonZeroU64::new(range.end - range.start);
+                let _ = rustix::fs::fadvise(&*file, range.start, len, rustix::fs::Advice::WillNeed);
+            }
+        });
     }
 
     fn forget_blob(&self, d: &Digest) {

@@ -170,7 +170,7 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     /// Tells the backend that bytes `range` of blob `d` (of `size` bytes) will be read soon,
     /// so that it starts fetching them now: a scan reading ahead of itself. Nothing waits for
     /// it, and a read that comes before it ends joins it or reads as usual.
-    fn will_read(&self, _d: &Digest, _size: u64, _range: Range<u64>) {}
+    fn will_read(self: Arc<Self>, _d: &Digest, _size: u64, _range: Range<u64>) {}
     /// Lets go of what a deleted blob held open, so that its space is freed.
     fn forget_blob(&self, _d: &Digest) {}
     /// Lets go of what a deleted pack held open.

@@ -97,7 +97,7 @@ impl Backend for ObjectBackend {
 
     /// Read into the block cache by a task of its own; without a cache, nothing (the bytes
     /// would be fetched twice).
-    fn will_read(&self, d: &Digest, size: u64, range: Range<u64>) {
+    fn will_read(self: Arc<Self>, d: &Digest, size: u64, range: Range<u64>) {
         let Some(blocks) = self.blocks.clone() else { return };
         if range.start >= size.min(range.end) {
             return;
