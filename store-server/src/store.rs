@@ -182,12 +182,12 @@ impl BlobSource {
     }
 
     /// The same source for a scan front to back (grep, search): each read of `n` bytes starts
-    /// fetching the `n` after it, so that the disk, S3 or the decompression of the next chunks
-    /// works while the scan reads these. A compacted blob's next chunks are decompressed into
-    /// the chunk cache by a task of their own (a read that comes before they are done joins
-    /// their decompression); a raw one's are asked of its backend (`BlobStore::read_ahead`).
+    /// fetching the `n` after it from the blob's backend (`BlobStore::read_ahead`), so that the
+    /// disk or S3 works while the scan reads these. Not a compacted blob: there the next bytes
+    /// cost a decompression, not a wait, and decompressing them ahead on a 2-core machine made
+    /// a search 1.4× slower (`docs/benchmarks.md`, "Reading ahead").
     pub fn scanning(mut self) -> Self {
-        self.ahead = self.row.inline_data.is_none();
+        self.ahead = self.row.inline_data.is_none() && !self.row.chunked;
         self
     }
 
@@ -197,14 +197,7 @@ impl BlobSource {
         if !self.ahead || next.is_empty() {
             return;
         }
-        if self.row.chunked {
-            let (state, row) = (self.state.clone(), self.row.clone());
-            tokio::spawn(async move {
-                let _ = state.chunks.read(&state.db, &state.blobs, &row.digest, next).await;
-            });
-        } else {
-            self.state.blobs.read_ahead(&self.row.digest, self.row.size, next);
-        }
+        self.state.blobs.read_ahead(&self.row.digest, self.row.size, next);
     }
 }
 
