@@ -133,6 +133,8 @@ struct Blob<'a> {
     /// Chunks already stored that its list reuses.
     reused: Vec<ChunkLoc>,
     size: u64,
+    /// When it last gave way to requests.
+    pace: crate::heavy::Pace,
 }
 
 impl Blob<'_> {
@@ -161,8 +163,9 @@ impl Blob<'_> {
             if self.packs.current.len() >= chunks::PACK_TARGET {
                 self.packs.flush(self.state).await?;
             }
-            // A chunk's compression is a few milliseconds of a heavy thread: let others in.
-            tokio::task::yield_now().await;
+            // A chunk's compression is a few milliseconds of a heavy thread: let others in,
+            // and give way to requests while they come.
+            self.state.heavy.give_way(&mut self.pace).await;
         }
         Ok(())
     }
@@ -211,8 +214,15 @@ pub async fn prepare(state: &AppState, digest: &Digest, size: u64) -> anyhow::Re
         Err(BlobError::NotFound) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let mut blob =
-        Blob { state, packs: Packs::default(), list: Vec::new(), own: HashSet::new(), reused: Vec::new(), size: 0 };
+    let mut blob = Blob {
+        state,
+        packs: Packs::default(),
+        list: Vec::new(),
+        own: HashSet::new(),
+        reused: Vec::new(),
+        size: 0,
+        pace: state.heavy.pace(),
+    };
     let mut chunker = Chunker::default();
     let read = async {
         while let Some(bytes) = raw.next().await {

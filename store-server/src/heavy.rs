@@ -8,7 +8,9 @@
 //! Each scan also works for a bounded time (the search budget) and answers with where to go on.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::Semaphore;
@@ -22,6 +24,20 @@ pub struct Heavy {
     runtime: Mutex<Option<Runtime>>,
     permits: Arc<Semaphore>,
     max: usize,
+    /// Requests this server has begun (`routes::track`): background work gives way while it
+    /// grows ([`Heavy::give_way`]).
+    requests: AtomicU64,
+}
+
+/// How much of the CPU background work may take while requests are coming in: it pauses for
+/// this many times as long as it ran.
+const PAUSE_PER_WORK: u32 = 2;
+
+/// Where a piece of background work stands between its pauses (see [`Heavy::give_way`]).
+#[derive(Debug)]
+pub struct Pace {
+    seen: u64,
+    since: Instant,
 }
 
 impl Heavy {
@@ -38,6 +54,7 @@ impl Heavy {
             runtime: Mutex::new(Some(runtime)),
             permits: Arc::new(Semaphore::new(max.max(1))),
             max: max.max(1),
+            requests: AtomicU64::new(0),
         })
     }
 
@@ -64,6 +81,34 @@ impl Heavy {
 }
 
 impl Heavy {
+    /// Counts a request begun (every request, whatever its route).
+    pub fn request_began(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The pace of a piece of background work starting now.
+    pub fn pace(&self) -> Pace {
+        Pace { seen: self.requests.load(Ordering::Relaxed), since: Instant::now() }
+    }
+
+    /// Called by background work (compaction) between two of its steps: when requests began
+    /// since the last call, it sleeps [`PAUSE_PER_WORK`] times as long as the work ran since
+    /// then, so that it takes at most a third of a core from them; when none did, it only
+    /// yields, and the work goes on at full speed. A lower priority alone (nice 10) was not
+    /// enough on this project's 2-core machines: capped reads were 1.23-1.34x slower while a
+    /// compaction ran (`docs/benchmarks.md`).
+    pub async fn give_way(&self, pace: &mut Pace) {
+        let now = self.requests.load(Ordering::Relaxed);
+        if now != pace.seen {
+            let worked = pace.since.elapsed();
+            tokio::time::sleep(worked * PAUSE_PER_WORK).await;
+            pace.seen = self.requests.load(Ordering::Relaxed);
+        } else {
+            tokio::task::yield_now().await;
+        }
+        pace.since = Instant::now();
+    }
+
     /// Runs background work (compaction) on the pool's low-priority threads, outside the
     /// request limit; the handle gives its result.
     pub fn spawn_background<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
@@ -103,6 +148,27 @@ fn lower_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn background_work_gives_way_only_while_requests_come() {
+        let pool = Heavy::new(1, 1).unwrap();
+        let mut pace = pool.pace();
+        // No request meanwhile: no pause.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let t = Instant::now();
+        pool.give_way(&mut pace).await;
+        assert!(t.elapsed() < std::time::Duration::from_millis(5), "{:?}", t.elapsed());
+        // A request began while it worked 5 ms: it pauses twice as long.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        pool.request_began();
+        let t = Instant::now();
+        pool.give_way(&mut pace).await;
+        assert!(t.elapsed() >= std::time::Duration::from_millis(10), "{:?}", t.elapsed());
+        // The request is seen: the next step goes on at once again.
+        let t = Instant::now();
+        pool.give_way(&mut pace).await;
+        assert!(t.elapsed() < std::time::Duration::from_millis(5), "{:?}", t.elapsed());
+    }
 
     #[tokio::test]
     async fn past_its_concurrency_the_pool_says_retry() {

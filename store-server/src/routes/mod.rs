@@ -15,7 +15,7 @@ mod ui;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -63,7 +63,7 @@ pub fn router(state: AppState) -> Router {
             Arc::new(Edge { reserve: state.reserve.clone(), config: state.config.clone() }),
             edge,
         ))
-        .layer(middleware::from_fn(track))
+        .layer(middleware::from_fn_with_state(state.heavy.clone(), track))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -193,7 +193,9 @@ async fn json_error(resp: Response, method: &axum::http::Method, path: &str) -> 
 /// Counts requests by route and status, and logs one line per request at info: method,
 /// matched route (never the raw URL, which may carry labels), status, response bytes when
 /// known, milliseconds and the caller's namespace. The token is never logged.
-async fn track(mut req: Request, next: Next) -> Response {
+async fn track(State(heavy): State<Arc<crate::heavy::Heavy>>, mut req: Request, next: Next) -> Response {
+    // Background work gives way while requests come in (`Heavy::give_way`).
+    heavy.request_began();
     // Labels from closed sets: the route templates, the methods HTTP defines, then `other`,
     // so that nothing a client sends can add series (an unknown method would, forever).
     let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
