@@ -151,23 +151,26 @@ mod tests {
 
     #[tokio::test]
     async fn background_work_gives_way_only_while_requests_come() {
+        // Bounds far apart, so that a busy test machine cannot blur them: 20 ms of work, so a
+        // pause is at least 40 ms, and "no pause" is anything shorter than the work itself.
+        let work = std::time::Duration::from_millis(20);
         let pool = Heavy::new(1, 1).unwrap();
         let mut pace = pool.pace();
         // No request meanwhile: no pause.
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::thread::sleep(work);
         let t = Instant::now();
         pool.give_way(&mut pace).await;
-        assert!(t.elapsed() < std::time::Duration::from_millis(5), "{:?}", t.elapsed());
-        // A request began while it worked 5 ms: it pauses twice as long.
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(t.elapsed() < work, "{:?}", t.elapsed());
+        // A request began while it worked: it pauses twice as long as it worked.
+        std::thread::sleep(work);
         pool.request_began();
         let t = Instant::now();
         pool.give_way(&mut pace).await;
-        assert!(t.elapsed() >= std::time::Duration::from_millis(10), "{:?}", t.elapsed());
+        assert!(t.elapsed() >= 2 * work, "{:?}", t.elapsed());
         // The request is seen: the next step goes on at once again.
         let t = Instant::now();
         pool.give_way(&mut pace).await;
-        assert!(t.elapsed() < std::time::Duration::from_millis(5), "{:?}", t.elapsed());
+        assert!(t.elapsed() < work, "{:?}", t.elapsed());
     }
 
     #[tokio::test]
