@@ -4,15 +4,48 @@
 # start_spillway DIR PORT: starts the server (SPILLWAY_SERVER_BIN, or this tree's release build)
 # with its data in DIR, waits until it answers and has written its first token, exports
 # SPILLWAY_TOKEN and sets spw to its pid; the server is stopped when the script exits.
+# start_s3_store DIR PORT [OUT]: the store a server on PostgreSQL + S3 needs (see below).
+
+# What `cleanup` stops and drops when the script exits: the servers started here (and the
+# one in `spw`), and the databases made for them.
+started=()
+databases=()
+cleanup() {
+  kill ${spw:-} "${started[@]}" 2>/dev/null
+  wait 2>/dev/null
+  for url in "${databases[@]}"; do
+    psql "${url%/*}/postgres" -qc "DROP DATABASE IF EXISTS ${url##*/}" >/dev/null 2>&1 || true
+  done
+}
+trap cleanup EXIT
+
 start_spillway() {
   local dir=$1 port=$2
   SPILLWAY_DATA_DIR="$dir" SPILLWAY_LISTEN=127.0.0.1:$port RUST_LOG=warn \
     "${SPILLWAY_SERVER_BIN:-target/release/spillway-server}" &
   spw=$!
-  trap 'kill $spw 2>/dev/null; wait 2>/dev/null' EXIT
+  started+=("$spw")
   wait_ready "$dir" "$port"
   SPILLWAY_TOKEN=$(cat "$dir/token")
   export SPILLWAY_TOKEN
+}
+
+# start_s3_store DIR PORT [OUT]: a PostgreSQL database of its own (scripts/pg-start) and the
+# suite's S3 server on loopback PORT, its files in DIR (bucket `bench`, its stdout to OUT), both
+# gone when the script exits; exports what a server needs to use them (SPILLWAY_DATABASE_URL,
+# SPILLWAY_BLOB_STORE, the AWS_* settings) and sets s3 to the S3 server's pid.
+start_s3_store() {
+  local dir=$1 port=$2 admin db="spw_bench_$$_$2"
+  admin=$(scripts/pg-start)
+  psql "$admin" -qc "CREATE DATABASE $db" >/dev/null
+  databases+=("${admin%/*}/$db")
+  mkdir -p "$dir/bench"
+  export AWS_ENDPOINT=http://127.0.0.1:$port AWS_ACCESS_KEY_ID=spillway-test \
+    AWS_SECRET_ACCESS_KEY=spillway-test-secret AWS_REGION=us-east-1 AWS_ALLOW_HTTP=true
+  export SPILLWAY_DATABASE_URL="${admin%/*}/$db" SPILLWAY_BLOB_STORE=s3://bench/spill
+  target/release/spillway-s3-server "127.0.0.1:$port" "$dir" >"${3:-/dev/null}" 2>/dev/null &
+  s3=$!
+  started+=("$s3")
 }
 
 # wait_ready DIR PORT: returns once the server with its data in DIR answers on PORT and has

@@ -5,25 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=${1:-}
+# shellcheck source=bench/common.sh
+. bench/common.sh
 cargo build --release -q -p spillway-server -p spillway-bench
 work=${BENCH_DIR:-/tmp/spillway-bench-s3}
-rm -rf "$work" && mkdir -p "$work/s3/bench"
-admin=$(scripts/pg-start)
-db="spw_bench_$$"
-psql "$admin" -qc "CREATE DATABASE $db" >/dev/null
-export AWS_ENDPOINT=http://127.0.0.1:19000 AWS_ACCESS_KEY_ID=spillway-test AWS_SECRET_ACCESS_KEY=spillway-test-secret \
-  AWS_REGION=us-east-1 AWS_ALLOW_HTTP=true
-target/release/spillway-s3-server 127.0.0.1:19000 "$work/s3" 2>/dev/null &
-s3=$!
-SPILLWAY_DATA_DIR="$work/spw" SPILLWAY_LISTEN=127.0.0.1:17746 RUST_LOG=warn \
-  SPILLWAY_DATABASE_URL="${admin%/*}/$db" SPILLWAY_BLOB_STORE=s3://bench/spill target/release/spillway-server &
-spw=$!
-trap 'kill $s3 $spw 2>/dev/null; wait 2>/dev/null; psql "$admin" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1' EXIT
-for _ in $(seq 100); do
-  if [ -f "$work/spw/token" ] && curl -s -o /dev/null http://127.0.0.1:17746/readyz; then break; fi
-  sleep 0.1
-done
-export SPILLWAY_TOKEN=$(cat "$work/spw/token")
+rm -rf "$work" && mkdir -p "$work"
+start_s3_store "$work/s3" 19000
+start_spillway "$work/spw" 17746
 load=target/release/spillway-load
 S="$load --target spillway --url http://127.0.0.1:17746"
 D="$load --target s3 --url bench"

@@ -139,18 +139,8 @@ fi
 part 4 || exit 0
 echo "== 4. the same corpus on PostgreSQL + S3: requests per GiB stored, and the ratio there"
 if [ -n "${spw:-}" ]; then kill "$spw"; wait "$spw" 2>/dev/null || true; fi
-admin=$(scripts/pg-start)
-db="spw_storage_$$"
-psql "$admin" -qc "CREATE DATABASE $db" >/dev/null
-mkdir -p "$work/s3/bench"
-export AWS_ENDPOINT=http://127.0.0.1:19001 AWS_ACCESS_KEY_ID=spillway-test AWS_SECRET_ACCESS_KEY=spillway-test-secret \
-  AWS_REGION=us-east-1 AWS_ALLOW_HTTP=true
-export SPILLWAY_DATABASE_URL="${admin%/*}/$db" SPILLWAY_BLOB_STORE=s3://bench/spill
-target/release/spillway-s3-server 127.0.0.1:19001 "$work/s3" >"$work/s3-counts" 2>/dev/null &
-s3=$!
-trap 'kill $spw $s3 2>/dev/null; wait 2>/dev/null; psql "$admin" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1' EXIT
+start_s3_store "$work/s3" 19001 "$work/s3-counts"
 start_spillway "$work/s3-data" 17902
-trap 'kill $spw $s3 2>/dev/null; wait 2>/dev/null; psql "$admin" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1' EXIT
 export SPILLWAY_URL=http://127.0.0.1:17902
 ls "$corpus"/* | xargs -P 4 -n 1 target/release/spillway put >/dev/null
 counts() { kill -USR1 "$s3"; sleep 0.5; tail -1 "$work/s3-counts"; }
