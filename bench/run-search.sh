@@ -7,8 +7,12 @@
 #     cache), then with the page cache dropped before each; ROUNDS rounds, interleaved;
 #  2. the same after `spillway-server compact` (the outputs as chunks);
 #  3. p50/p99 of 100 KB capped reads (16 connections, 10 s) and 4 KiB PUTs (16 connections)
-#     with no search running, then with 2 searches for the rare line walking all the time.
-# Usage: bench/run-search.sh   (ROUNDS=N, default 3; PARTS="1 2 3" the parts to run)
+#     with no search running, then with 2 searches for the rare line walking all the time;
+#  4. (only when asked) on PostgreSQL + S3: S3_OUTPUTS (400) of the outputs, more than the
+#     server's 256 MiB block cache holds, so every walk reads them all from S3; the rare line's
+#     walk with each of S3_BUILDS ("NAME=BINARY ...", default this build), interleaved, each a
+#     server started afresh on the same store.
+# Usage: bench/run-search.sh   (ROUNDS=N, default 3; PARTS="1 2 3" the parts to run, 4 too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/common.sh
@@ -69,20 +73,41 @@ if part 2; then
   target/release/spillway-server compact --data-dir "$work/data" | tee -a "$out"
   searches compacted
 fi
-part 3 || exit 0
+if part 4; then
+  echo "== 4. on PostgreSQL + S3"
+  start_s3_store "$work/s3" 19002
+  s3_server() { # s3_server BIN: a server on the S3 store, alone on it
+    if [ -n "${spw:-}" ]; then kill "$spw"; wait "$spw" 2>/dev/null || true; fi
+    SPILLWAY_SERVER_BIN=$1 start_spillway "$work/s3-data" 17912
+  }
+  read -r -a builds <<< "${S3_BUILDS:-this-build=${SPILLWAY_SERVER_BIN:-target/release/spillway-server}}"
+  s3_server "${builds[0]#*=}"
+  # awk, not head: it reads all of ls's output, so that ls does not die of a closed pipe.
+  ls "$logs"/* | awk -v n="${S3_OUTPUTS:-400}" 'NR <= n' | SPILLWAY_URL=http://127.0.0.1:17912 xargs -P 4 -n 1 \
+    target/release/spillway put --label bench=s3 > /dev/null
+  for _ in $(seq "$rounds"); do
+    for build in "${builds[@]}"; do
+      s3_server "${build#*=}"
+      say "$($load --target spillway --url http://127.0.0.1:17912 --label "s3 ${build%%=*}" search \
+        --query "pattern=OOMKilled&label.bench=s3" --count 1)"
+    done
+  done
+fi
+if part 3; then
 
-echo "== 3. capped reads and small PUTs beside 2 searches"
-log=$($S seed --size 1300000 --lines)
-for r in $(seq "$rounds"); do
-  say "$($S --concurrency 16 --label "alone capped read $r" range --name "$log" --size 50000000 --secs 10)"
-  say "$($S --concurrency 16 --label "alone 4 KiB PUT $r" put --size 4096 --count 20000)"
-  $S --concurrency 2 --label searching search --query pattern=OOMKilled --count 100000 > /dev/null &
-  bg=$!
-  sleep 1
-  say "$($S --concurrency 16 --label "searching capped read $r" range --name "$log" --size 50000000 --secs 10)"
-  say "$($S --concurrency 16 --label "searching 4 KiB PUT $r" put --size 4096 --count 20000)"
-  kill $bg; wait $bg 2>/dev/null || true
-done
+  echo "== 3. capped reads and small PUTs beside 2 searches"
+  log=$($S seed --size 1300000 --lines)
+  for r in $(seq "$rounds"); do
+    say "$($S --concurrency 16 --label "alone capped read $r" range --name "$log" --size 50000000 --secs 10)"
+    say "$($S --concurrency 16 --label "alone 4 KiB PUT $r" put --size 4096 --count 20000)"
+    $S --concurrency 2 --label searching search --query pattern=OOMKilled --count 100000 > /dev/null &
+    bg=$!
+    sleep 1
+    say "$($S --concurrency 16 --label "searching capped read $r" range --name "$log" --size 50000000 --secs 10)"
+    say "$($S --concurrency 16 --label "searching 4 KiB PUT $r" put --size 4096 --count 20000)"
+    kill $bg; wait $bg 2>/dev/null || true
+  done
+fi
 python3 - "$out" "$bytes" <<'PY'
 import json, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -92,8 +117,9 @@ for r in rows:
     if "label" in r:
         walk = r["label"].split()[1] in ("spillway", "grep", "rg")
         by.setdefault(r["label"], []).append(r["secs"] if walk else r)
-print("| stage | pattern | cache | spillway search (s) | grep -rn (s) | rg -n (s) | search MB/s | grep MB/s | search / grep throughput |")
-print("|---|---|---|---|---|---|---|---|---|")
+if any(k.split()[1:3] == ["spillway", "search"] for k in by):
+    print("| stage | pattern | cache | spillway search (s) | grep -rn (s) | rg -n (s) | search MB/s | grep MB/s | search / grep throughput |")
+    print("|---|---|---|---|---|---|---|---|---|")
 for stage in ("raw", "compacted"):
     for p in ("OOMKilled", "retrying"):
         for cache in ("warm", "cold"):
@@ -104,9 +130,18 @@ for stage in ("raw", "compacted"):
             m = lambda v: statistics.median(v)
             print(f"| {stage} | {p} | {cache} | {' / '.join(f'{x:.2f}' for x in s)} | {' / '.join(f'{x:.2f}' for x in g)} | "
                   f"{' / '.join(f'{x:.2f}' for x in rg)} | {size / m(s) / 1e6:.0f} | {size / m(g) / 1e6:.0f} | {m(g) / m(s):.2f}x |")
-print()
-print("| workload | alone p50 / p99 (ms) | beside 2 searches p50 / p99 (ms) | p99 ratio |")
-print("|---|---|---|---|")
+s3 = [k for k in by if k.startswith("s3 ")]
+if s3:
+    print()
+    print("| on PostgreSQL + S3 | rare line, time to the last page (s) | median |")
+    print("|---|---|---|")
+    for k in s3:
+        secs = [r["secs"] for r in by[k]]
+        print(f"| {k[3:]} | {' / '.join(f'{x:.2f}' for x in secs)} | {statistics.median(secs):.2f} |")
+if any(k.startswith("alone ") for k in by):
+    print()
+    print("| workload | alone p50 / p99 (ms) | beside 2 searches p50 / p99 (ms) | p99 ratio |")
+    print("|---|---|---|---|")
 for w in ("capped read", "4 KiB PUT"):
     rs = sorted(k for k in by if k.startswith(f"alone {w} "))
     for k in rs:

@@ -103,7 +103,7 @@ impl Config {
             text_cache_bytes: 256 << 20,
             max_open_streams: 1000,
             namespace_quota_bytes: None,
-            heavy_threads: std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
+            heavy_threads: std::thread::available_parallelism().map_or(2, |n| (n.get() / 2).max(2)),
             max_heavy_requests: 16,
             search_budget: Duration::from_millis(1000),
             redact_rules: None,

@@ -6,11 +6,16 @@
 //! go first. At most `max_heavy_requests` scans run or wait at once; past that a scan is
 //! refused at once with `429 too_many_requests` and `Retry-After`, never queued without bound.
 //! Each scan also works for a bounded time (the search budget) and answers with where to go on.
+//!
+//! And heavy work gives way: between two of its steps (a window scanned, a chunk compacted),
+//! when requests began meanwhile, it rests twice as long as it worked, the rests of all of it
+//! shared ([`Heavy::give_way`]). Alone on the machine it runs at full speed, on every thread
+//! of the pool; beside requests, all of it together takes less than half a core.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::Semaphore;
@@ -27,6 +32,10 @@ pub struct Heavy {
     /// Requests this server has begun (`routes::track`): background work gives way while it
     /// grows ([`Heavy::give_way`]).
     requests: AtomicU64,
+    /// Until when background work as a whole rests: every piece of it that worked pushes this
+    /// on, and waits for it, so that two searches beside a compaction take no more of the
+    /// machine than one would.
+    resting_until: Mutex<Instant>,
 }
 
 /// How much of the CPU background work may take while requests are coming in: it pauses for
@@ -55,6 +64,7 @@ impl Heavy {
             permits: Arc::new(Semaphore::new(max.max(1))),
             max: max.max(1),
             requests: AtomicU64::new(0),
+            resting_until: Mutex::new(Instant::now()),
         })
     }
 
@@ -69,11 +79,11 @@ impl Heavy {
             message: format!("{} heavy requests (grep, search) are running; retry shortly", self.max),
             retry_after: 1,
         })?;
-        let mut task = AbortOnDrop(self.handle.spawn(async move {
+        let task = AbortOnDrop(self.handle.spawn(async move {
             let _permit = permit;
             work.await
         }));
-        match (&mut task.0).await {
+        match task.await {
             Ok(result) => result,
             Err(e) => Err(ApiError::internal(e)),
         }
@@ -91,22 +101,34 @@ impl Heavy {
         Pace { seen: self.requests.load(Ordering::Relaxed), since: Instant::now() }
     }
 
-    /// Called by background work (compaction) between two of its steps: when requests began
-    /// since the last call, it sleeps [`PAUSE_PER_WORK`] times as long as the work ran since
-    /// then, so that it takes at most a third of a core from them; when none did, it only
-    /// yields, and the work goes on at full speed. A lower priority alone (nice 10) was not
-    /// enough on this project's 2-core machines: capped reads were 1.23-1.34x slower while a
+    /// Called by background work (compaction, a search's scan) between two of its steps: when
+    /// requests began since the last call, it rests [`PAUSE_PER_WORK`] times as long as the work
+    /// ran since then; when none did, it only yields, and the work goes on at full speed. The
+    /// rests are shared ([`Heavy::pause_for`]): all background work together takes at most a
+    /// third of a core while requests come when it runs one piece at a time, and less than half
+    /// of one however many pieces run at once. A lower priority alone (nice 10) was not enough
+    /// on this project's 2-core machines: capped reads were 1.23-1.34x slower while a
     /// compaction ran (`docs/benchmarks.md`).
     pub async fn give_way(&self, pace: &mut Pace) {
-        let now = self.requests.load(Ordering::Relaxed);
-        if now != pace.seen {
-            let worked = pace.since.elapsed();
-            tokio::time::sleep(worked * PAUSE_PER_WORK).await;
-            pace.seen = self.requests.load(Ordering::Relaxed);
-        } else {
-            tokio::task::yield_now().await;
-        }
-        pace.since = Instant::now();
+        rest(self.pause_for(pace)).await;
+    }
+
+    /// The rest [`Heavy::give_way`] takes now, if any, with `pace` moved on past it (for a
+    /// caller that keeps its pace behind a lock it must not hold while it sleeps). The work
+    /// done since `pace` pushes the shared end of background work's rest on by twice as long,
+    /// and the caller rests until that end: one piece at a time, each works a third of the
+    /// time; several at once, their work adds up to push everyone's rest on.
+    pub fn pause_for(&self, pace: &mut Pace) -> Option<Duration> {
+        let seen = self.requests.load(Ordering::Relaxed);
+        let now = Instant::now();
+        let pause = (seen != pace.seen).then(|| {
+            let mut until = self.resting_until.lock().unwrap_or_else(|e| e.into_inner());
+            *until = (*until).max(now) + now.saturating_duration_since(pace.since) * PAUSE_PER_WORK;
+            until.saturating_duration_since(now)
+        });
+        pace.seen = seen;
+        pace.since = now + pause.unwrap_or_default();
+        pause
     }
 
     /// Runs background work (compaction) on the pool's low-priority threads, outside the
@@ -129,8 +151,24 @@ impl Drop for Heavy {
     }
 }
 
-/// Stops the task when the future waiting for it is dropped.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+/// Sleeps for `pause` ([`Heavy::pause_for`]), or only yields when there is none.
+pub async fn rest(pause: Option<Duration>) {
+    match pause {
+        Some(pause) => tokio::time::sleep(pause).await,
+        None => tokio::task::yield_now().await,
+    }
+}
+
+/// A task's handle that stops the task when it is dropped: the future waiting for it went away
+/// (the client hung up, or the answer no longer needs it).
+pub struct AbortOnDrop<T>(pub tokio::task::JoinHandle<T>);
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
 
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
@@ -171,6 +209,22 @@ mod tests {
         let t = Instant::now();
         pool.give_way(&mut pace).await;
         assert!(t.elapsed() < work, "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn pieces_of_work_at_once_share_their_rests() {
+        let work = std::time::Duration::from_millis(20);
+        let pool = Heavy::new(1, 1).unwrap();
+        let (mut a, mut b) = (pool.pace(), pool.pace());
+        std::thread::sleep(work);
+        pool.request_began();
+        // Both worked 20 ms at once: the first rests 40 ms, the second until the rest of both.
+        let first = pool.pause_for(&mut a).unwrap();
+        let second = pool.pause_for(&mut b).unwrap();
+        assert!(first >= 2 * work, "{first:?}");
+        assert!(second >= first + 2 * work - std::time::Duration::from_millis(1), "{first:?} then {second:?}");
+        // No request since: no rest for either.
+        assert_eq!((pool.pause_for(&mut a), pool.pause_for(&mut b)), (None, None));
     }
 
     #[tokio::test]

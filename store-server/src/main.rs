@@ -102,7 +102,7 @@ struct ServeOpts {
     /// Most bytes one namespace may hold: distinct live blobs, plus open streams (507 past it).
     #[arg(long, env = "SPILLWAY_NAMESPACE_QUOTA_BYTES")]
     namespace_quota_bytes: Option<u64>,
-    /// Threads for heavy scans (grep, search), apart from those answering requests (default: half the cores).
+    /// Threads for heavy scans (grep, search), apart from those answering requests; a search scans this many outputs at once (default: half the cores, at least 2).
     #[arg(long, env = "SPILLWAY_HEAVY_THREADS")]
     heavy_threads: Option<usize>,
     /// Heavy requests (grep, search) running or queued at once (429 past it).

@@ -18,14 +18,18 @@
 //! whose references expired or were deleted meanwhile is skipped, never an error.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
+use futures::StreamExt;
+
 use spillway_api::paging::{self as page, GrepEnd, GrepRequest, MAX_CONTEXT};
-use spillway_api::{AnyDigest, SearchMatch, SearchResponse, READ_CAP};
+use spillway_api::{AnyDigest, GrepMatch, SearchMatch, SearchResponse, READ_CAP};
 
 use crate::auth::Caller;
 use crate::db::SearchOutput;
 use crate::error::{ApiError, ApiResult};
+use crate::heavy::AbortOnDrop;
 use crate::state::AppState;
 use crate::store::{visible, BlobSource};
 
@@ -196,16 +200,20 @@ pub async fn search(state: &AppState, caller: &Caller, ask: SearchAsk) -> ApiRes
             (outputs, Position { snapshot: None, index: 0, line: 1 })
         }
     };
-    let detector = redact.then(|| state.redactor.clone());
-    let (st, ns, budget) = (state.clone(), caller.namespace.clone(), state.config.search_budget);
-    let (before, after, max_matches) = (ask.before, ask.after, ask.max_matches);
+    let scan = Scan {
+        state: state.clone(),
+        ns: caller.namespace.clone(),
+        regex,
+        before: ask.before,
+        after: ask.after,
+        max_matches: ask.max_matches,
+        deadline: Instant::now() + state.config.search_budget,
+        redact: redact.then(|| state.redactor.clone()),
+    };
     let (mut resp, stop, outputs) = state
         .heavy
         .run(async move {
-            let deadline = Instant::now() + budget;
-            let scan =
-                Scan { state: &st, ns: &ns, regex: &regex, before, after, deadline, redact: detector.as_deref() };
-            let (resp, stop) = scan.run(&outputs, start, max_matches).await?;
+            let (resp, stop) = Arc::new(scan).run(&outputs, start).await?;
             Ok((resp, stop, outputs))
         })
         .await?;
@@ -235,23 +243,40 @@ pub async fn search(state: &AppState, caller: &Caller, ask: SearchAsk) -> ApiRes
 }
 
 /// One request's scan.
-struct Scan<'a> {
-    state: &'a AppState,
-    ns: &'a spillway_api::Namespace,
-    regex: &'a regex::bytes::Regex,
+struct Scan {
+    state: AppState,
+    ns: spillway_api::Namespace,
+    regex: regex::bytes::Regex,
     before: usize,
     after: usize,
+    max_matches: usize,
     deadline: Instant,
-    redact: Option<&'a spillway_api::redact::Detector>,
+    redact: Option<Arc<spillway_api::redact::Detector>>,
 }
 
 /// What a scan reads of an output at a time (the grep's window), and fetches of the next output
 /// while it scans this one.
 const READ_AHEAD: u64 = 1 << 20;
 
-impl Scan<'_> {
-    /// Starts fetching the first window of `next`, the output after the one being scanned, so
-    /// that outputs smaller than a window are read ahead too (`BlobSource::scanning`).
+/// What the scan of one output found, from the line it started at.
+struct Found {
+    matches: Vec<GrepMatch>,
+    /// `None`: the output was scanned to its end; `Some(line, why)`: it stopped before `line`.
+    stopped: Option<(u64, GrepEnd)>,
+}
+
+/// How the scan of one output went.
+enum Scanned {
+    Found(Found),
+    /// Its references expired or were deleted since the search began: skipped.
+    Gone,
+    /// The budget was spent before its scan began.
+    NotBegun,
+}
+
+impl Scan {
+    /// Starts fetching the first window of `next`, an output to be scanned soon, so that
+    /// outputs smaller than a window are read ahead too (`BlobSource::scanning`).
     fn fetch_first_window(&self, next: Option<&SearchOutput>) {
         let Some((digest, _)) = next else { return };
         let (state, ns, digest) = (self.state.clone(), self.ns.clone(), AnyDigest::Blake3(*digest));
@@ -264,13 +289,63 @@ impl Scan<'_> {
         });
     }
 
+    /// Scans one output from `line` to its end, the budget or a full answer (a request's
+    /// `max_matches` and text cap: what the outputs before it take of them is not known yet).
+    /// `first`: the request's first output, which is scanned past at least one line whatever
+    /// the budget says, so that its cursor moves on.
+    async fn output(&self, digest: &spillway_api::Digest, mut line: u64, first: bool) -> ApiResult<Scanned> {
+        if !first && Instant::now() >= self.deadline {
+            return Ok(Scanned::NotBegun);
+        }
+        // Its work counted from here: finding the output's row is work too (a database query
+        // when the caches miss), and most of it when the output is small.
+        let pace = self.state.heavy.pace();
+        let row = match visible(&self.state, &self.ns, &AnyDigest::Blake3(*digest)).await {
+            Ok(row) => row,
+            Err(ApiError::NotFound(_)) => return Ok(Scanned::Gone),
+            Err(e) => return Err(e),
+        };
+        let src = BlobSource::new(&self.state, &row)?.scanning().giving_way(pace);
+        let mut found = Found { matches: Vec::new(), stopped: None };
+        let mut text_left = READ_CAP;
+        loop {
+            let req = GrepRequest {
+                regex: &self.regex,
+                from_line: line,
+                max_matches: self.max_matches - found.matches.len(),
+                before: self.before,
+                after: self.after,
+                deadline: Some(self.deadline),
+                redact: self.redact.as_deref(),
+                max_text: text_left,
+            };
+            let (part, end) = page::grep_until(&src, req).await?;
+            text_left = text_left.saturating_sub(part.matches.iter().map(text_of).sum());
+            found.matches.extend(part.matches);
+            match (end, part.next_line) {
+                (GrepEnd::ScanLimit, Some(n)) => line = n,
+                (GrepEnd::End, _) | (_, None) => return Ok(Scanned::Found(found)),
+                (why, Some(n)) => {
+                    found.stopped = Some((n, why));
+                    return Ok(Scanned::Found(found));
+                }
+            }
+        }
+    }
+
     /// Scans `outputs` from `start` until the list ends, the budget is spent or the answer is
     /// full; answers what it found and where to go on (`None`: nothing is left).
+    ///
+    /// Up to `heavy_threads` outputs are scanned at once (at least two: with one thread, one
+    /// output's reads overlap the other's scan), each by a task of its own on the heavy pool;
+    /// their findings are taken in the list's order. An output's scan does not know
+    /// how much of the answer the outputs before it take, so it scans for a whole answer; the
+    /// matches that no longer fit are dropped and the cursor stops at the first of them (its
+    /// line), so that an answer still holds every match before its cursor and none from it.
     async fn run(
-        &self,
+        self: Arc<Self>,
         outputs: &[SearchOutput],
         start: Position,
-        max_matches: usize,
     ) -> ApiResult<(SearchResponse, Option<Position>)> {
         let mut resp = SearchResponse {
             matches: Vec::new(),
@@ -278,79 +353,62 @@ impl Scan<'_> {
             outputs_matched: 0,
             capped: false,
             next_cursor: None,
-            redactions: self.redact.map(|_| 0),
+            redactions: self.redact.as_ref().map(|_| 0),
         };
-        let mut text_left = READ_CAP;
-        let (mut index, mut line) = (start.index, start.line);
         let at = |index, line| Some(Position { snapshot: start.snapshot, index, line });
-        while index < outputs.len() {
-            // Only once this request has moved on: a cursor always advances, so following it
-            // ends even when the budget was spent before the first output (a slow database).
-            let moved = (index, line) != (start.index, start.line);
-            if moved && Instant::now() >= self.deadline {
-                return Ok((resp, at(index, line)));
-            }
-            if resp.matches.len() >= max_matches || text_left == 0 {
-                resp.capped = true;
-                return Ok((resp, at(index, line)));
-            }
-            let (digest, labels) = &outputs[index];
+        let parallel = self.state.config.heavy_threads.max(2);
+        let scans = futures::stream::iter(start.index..outputs.len()).map(|index| {
+            let (scan, digest) = (self.clone(), outputs[index].0);
+            let line = if index == start.index { start.line } else { 1 };
             if line == 1 {
-                self.fetch_first_window(outputs.get(index + 1));
+                scan.fetch_first_window(outputs.get(index + parallel));
             }
-            let row = match visible(self.state, self.ns, &AnyDigest::Blake3(*digest)).await {
-                Ok(row) => row,
-                Err(ApiError::NotFound(_)) => {
-                    // Its references expired or were deleted since the search began.
-                    (index, line) = (index + 1, 1);
+            let task = tokio::spawn(async move { scan.output(&digest, line, index == start.index).await });
+            async move { AbortOnDrop(task).await.map_err(ApiError::internal)? }
+        });
+        let mut scans = std::pin::pin!(scans.buffered(parallel));
+        let mut text_left = READ_CAP;
+        let mut index = start.index;
+        while let Some(scanned) = scans.next().await {
+            let (digest, labels) = &outputs[index];
+            let found = match scanned? {
+                Scanned::Found(found) => found,
+                Scanned::Gone => {
+                    index += 1;
                     continue;
                 }
-                Err(e) => return Err(e),
+                Scanned::NotBegun => return Ok((resp, at(index, 1))),
             };
-            let src = BlobSource::new(self.state, &row)?.scanning();
             resp.outputs_scanned += 1;
-            let mut matched = false;
-            loop {
-                let req = GrepRequest {
-                    regex: self.regex,
-                    from_line: line,
-                    max_matches: max_matches - resp.matches.len(),
-                    before: self.before,
-                    after: self.after,
-                    deadline: Some(self.deadline),
-                    redact: self.redact,
-                    max_text: text_left,
-                };
-                let (found, end) = page::grep_until(&src, req).await?;
-                matched |= !found.matches.is_empty();
-                for m in found.matches {
-                    let texts = std::iter::once(&m.text).chain(m.before.iter().chain(&m.after).map(|c| &c.text));
-                    text_left = text_left.saturating_sub(texts.map(String::len).sum());
-                    resp.matches.push(SearchMatch { digest: digest.to_string(), found: m, labels: labels.clone() });
+            let matched = !found.matches.is_empty();
+            resp.outputs_matched += u64::from(matched);
+            for m in found.matches {
+                let text = text_of(&m);
+                if resp.matches.len() >= self.max_matches || text > text_left {
+                    resp.capped = true;
+                    return Ok((resp, at(index, m.line)));
                 }
-                if let (Some(total), Some(n)) = (resp.redactions.as_mut(), found.redactions) {
-                    *total += n;
+                text_left -= text;
+                if let Some(total) = resp.redactions.as_mut() {
+                    *total += page::marks_in_match(&m);
                 }
-                let next = found.next_line;
-                match (end, next) {
-                    (GrepEnd::ScanLimit, Some(n)) => line = n,
-                    (GrepEnd::End, _) | (_, None) => {
-                        resp.outputs_matched += u64::from(matched);
-                        (index, line) = (index + 1, 1);
-                        if matches!(end, GrepEnd::MaxMatches | GrepEnd::TextCap) && index < outputs.len() {
-                            resp.capped = true;
-                            return Ok((resp, at(index, line)));
-                        }
-                        break;
-                    }
-                    (stop, Some(n)) => {
-                        resp.outputs_matched += u64::from(matched);
-                        resp.capped = stop != GrepEnd::Deadline;
-                        return Ok((resp, at(index, n)));
-                    }
-                }
+                resp.matches.push(SearchMatch { digest: digest.to_string(), found: m, labels: labels.clone() });
+            }
+            if let Some((line, why)) = found.stopped {
+                resp.capped = why != GrepEnd::Deadline;
+                return Ok((resp, at(index, line)));
+            }
+            index += 1;
+            if index < outputs.len() && (resp.matches.len() >= self.max_matches || text_left == 0) {
+                resp.capped = true;
+                return Ok((resp, at(index, 1)));
             }
         }
         Ok((resp, None))
     }
+}
+
+/// The bytes of text a match takes of an answer's cap: its line and its context.
+fn text_of(m: &GrepMatch) -> usize {
+    m.text.len() + m.before.iter().chain(&m.after).map(|c| c.text.len()).sum::<usize>()
 }

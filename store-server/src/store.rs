@@ -16,6 +16,7 @@ use spillway_api::{AnyDigest, Namespace};
 use crate::blobs::BlobError;
 use crate::db::BlobRow;
 use crate::error::{ApiError, ApiResult};
+use crate::heavy::Pace;
 use crate::state::AppState;
 use crate::text::{EscapedPage, TextBlob};
 
@@ -173,12 +174,23 @@ pub struct BlobSource {
     index: LineIndex,
     /// Whether each read starts fetching the bytes after it (see [`BlobSource::scanning`]).
     ahead: bool,
+    /// Where a scan that gives way to requests stands (see [`BlobSource::giving_way`]).
+    pace: Option<std::sync::Mutex<Pace>>,
 }
 
 impl BlobSource {
     /// The blob of `row`, for the paging code.
     pub fn new(state: &AppState, row: &Arc<BlobRow>) -> ApiResult<Self> {
-        Ok(Self { state: state.clone(), row: row.clone(), index: LineIndex::decode(&row.line_index), ahead: false })
+        let index = LineIndex::decode(&row.line_index);
+        Ok(Self { state: state.clone(), row: row.clone(), index, ahead: false, pace: None })
+    }
+
+    /// The same source for a scan that gives way to requests between its windows, as a
+    /// compaction does (`Heavy::give_way`), its work counted from `pace`: a search across
+    /// outputs, which may scan for as long as its budget lets it, and more than one at a time.
+    pub fn giving_way(mut self, pace: Pace) -> Self {
+        self.pace = Some(std::sync::Mutex::new(pace));
+        self
     }
 
     /// The same source for a scan front to back (grep, search): each read of `n` bytes starts
@@ -235,5 +247,10 @@ impl Source for BlobSource {
         }
         let find = spillway_api::paging::block_secrets(self, detector, block);
         Some(self.state.secrets.get(&self.row.digest, block, find).await)
+    }
+    async fn between_windows(&self) {
+        let pace = self.pace.as_ref();
+        let pause = pace.and_then(|p| self.state.heavy.pause_for(&mut p.lock().unwrap_or_else(|e| e.into_inner())));
+        crate::heavy::rest(pause).await;
     }
 }

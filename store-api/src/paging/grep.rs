@@ -271,11 +271,13 @@ pub(super) async fn grep_walking<E: SourceError>(
 
 /// The marks an answer shows, in its matches and their context.
 fn marks_in(resp: &GrepResponse) -> u64 {
+    resp.matches.iter().map(marks_in_match).sum()
+}
+
+/// The marks one match shows, in its line and its context.
+pub fn marks_in_match(m: &GrepMatch) -> u64 {
     let count = |t: &str| memchr::memmem::find_iter(t.as_bytes(), b"[REDACTED:").count() as u64;
-    resp.matches
-        .iter()
-        .map(|m| count(&m.text) + m.before.iter().chain(&m.after).map(|c| count(&c.text)).sum::<u64>())
-        .sum()
+    count(&m.text) + m.before.iter().chain(&m.after).map(|c| count(&c.text)).sum::<u64>()
 }
 
 async fn grep_windows<E: SourceError>(
@@ -352,7 +354,7 @@ async fn grep_windows<E: SourceError>(
         // A window of matching costs up to a few milliseconds and a read from the page cache
         // never waits: give the worker back between windows, so that a long grep does not
         // hold up the requests and connections queued behind it.
-        tokio::task::yield_now().await;
+        src.between_windows().await;
     }
     let end = if finished { GrepEnd::MaxMatches } else { GrepEnd::End };
     Ok((out.resp, end))

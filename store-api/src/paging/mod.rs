@@ -6,7 +6,7 @@ mod grep;
 pub mod lines;
 mod redacted;
 
-pub use grep::{compile_pattern, grep, grep_until, GrepEnd, GrepRequest, MAX_CONTEXT, MAX_PATTERN};
+pub use grep::{compile_pattern, grep, grep_until, marks_in_match, GrepEnd, GrepRequest, MAX_CONTEXT, MAX_PATTERN};
 pub use redacted::{block_secrets, byte_page_redacted, kept_spans, line_page_redacted, SECRET_BLOCK};
 
 use async_trait::async_trait;
@@ -75,6 +75,12 @@ pub trait Source: Send + Sync {
         _block: u64,
     ) -> Option<PageResult<std::sync::Arc<[crate::redact::Span]>, Self::Error>> {
         None
+    }
+    /// Called by a scan (grep) between two of its windows. The default gives the worker back
+    /// to the runtime; a source may pause for longer, to give way to other work (the server's
+    /// search does while requests come in).
+    async fn between_windows(&self) {
+        tokio::task::yield_now().await;
     }
 }
 

@@ -67,7 +67,8 @@ pub(super) async fn grep_blob(
     let d = parse_digest(&raw)?;
     let regex = q.compile()?;
     let row = visible(&state, &caller.namespace, &d).await?;
-    let src = BlobSource::new(&state, &row)?.scanning();
+    // Like a search, it gives way to other requests while they come (`Heavy::give_way`).
+    let src = BlobSource::new(&state, &row)?.scanning().giving_way(state.heavy.pace());
     let budget = state.config.search_budget;
     let redact = caller.redacts(q.redact()).then(|| state.redactor.clone());
     // The answer is made into JSON on the heavy pool too: a page of matches can be 100 KB.

@@ -86,7 +86,14 @@ async fn matches_come_newest_output_first_with_their_labels_and_filters_narrow_t
 /// the same references: newest output first, lines in order.
 #[tokio::test]
 async fn cursors_give_every_match_exactly_once() {
-    let srv = TestServer::start().await;
+    for threads in [1, 4] {
+        cursors_give_every_match_exactly_once_on(threads).await;
+    }
+}
+
+/// The same on a server that scans `threads` outputs at once (`heavy_threads`).
+async fn cursors_give_every_match_exactly_once_on(threads: usize) {
+    let srv = TestServer::start_with(|c| c.heavy_threads = threads).await;
     let c = srv.client();
     for seed in 0..3u64 {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -112,7 +119,7 @@ async fn cursors_give_every_match_exactly_once() {
         s.max_matches = Some(rng.random_range(1..7));
         let got = walk(&c, s, |_| {}).await;
         let pairs: Vec<(String, u64)> = got.iter().map(|m| (m.digest.clone(), m.found.line)).collect();
-        assert_eq!(pairs, expected, "seed {seed}: every match once, in order");
+        assert_eq!(pairs, expected, "seed {seed}, {threads} threads: every match once, in order");
     }
     srv.stop().await;
 }
@@ -120,7 +127,13 @@ async fn cursors_give_every_match_exactly_once() {
 /// The same walk, with outputs added and deleted between the requests.
 #[tokio::test]
 async fn a_walk_skips_what_is_deleted_and_never_sees_what_came_later() {
-    let srv = TestServer::start().await;
+    for threads in [1, 4] {
+        a_walk_skips_what_is_deleted_on(threads).await;
+    }
+}
+
+async fn a_walk_skips_what_is_deleted_on(threads: usize) {
+    let srv = TestServer::start_with(|c| c.heavy_threads = threads).await;
     let c = srv.client();
     let mut outputs = Vec::new();
     for i in 0..30 {
@@ -166,7 +179,15 @@ async fn a_walk_skips_what_is_deleted_and_never_sees_what_came_later() {
 
 #[tokio::test]
 async fn answers_are_capped_and_say_so() {
-    let srv = TestServer::start().await;
+    for threads in [1, 4] {
+        answers_are_capped_on(threads).await;
+    }
+}
+
+/// With more than one thread, outputs after the one that fills the answer were scanned too:
+/// what they found is dropped, and found again from the cursor.
+async fn answers_are_capped_on(threads: usize) {
+    let srv = TestServer::start_with(|c| c.heavy_threads = threads).await;
     let c = srv.client();
     for i in 0..3 {
         let text: String = (0..2000).map(|l| format!("match {i}.{l} {}\n", "x".repeat(90))).collect();
