@@ -380,8 +380,10 @@ impl Scan {
                 Scanned::NotBegun => return Ok((resp, at(index, 1))),
             };
             resp.outputs_scanned += 1;
-            let matched = !found.matches.is_empty();
-            resp.outputs_matched += u64::from(matched);
+            // Matched in this answer: with a match of it shown, not only found and dropped.
+            if let Some(m) = found.matches.first() {
+                resp.outputs_matched += u64::from(resp.matches.len() < self.max_matches && text_of(m) <= text_left);
+            }
             for m in found.matches {
                 let text = text_of(&m);
                 if resp.matches.len() >= self.max_matches || text > text_left {

@@ -20,6 +20,8 @@ async fn walk(c: &StoreClient, mut s: SearchRequest, mut between: impl FnMut(usi
     let mut all = Vec::new();
     for page in 0.. {
         let found = c.search(&s).await.unwrap();
+        let shown: HashSet<&str> = found.matches.iter().map(|m| m.digest.as_str()).collect();
+        assert_eq!(found.outputs_matched, shown.len() as u64, "outputs matched are those with a match shown");
         all.extend(found.matches);
         match found.next_cursor {
             Some(cur) => s.cursor = Some(cur),
