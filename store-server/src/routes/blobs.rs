@@ -1,12 +1,12 @@
 //! `/v1/blobs`: upload, head, download with Range, pin, delete.
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use std::sync::Arc;
-
 use futures::{StreamExt, TryStreamExt};
 use spillway_api::{AnyDigest, BlobRecord, PinRequest, LAST_UNIX_SECOND};
 
@@ -170,7 +170,7 @@ const GIVE_WAY_EVERY: usize = 1 << 20;
 /// [`GIVE_WAY_EVERY`] bytes sent, it rests twice as long as it took to send them when other
 /// requests began meanwhile, the rests shared with searches and compaction. Alone it streams
 /// at full speed; beside capped reads and uploads, two downloads of 1 GiB took both cores and
-/// made their p99 5.7x and 3.2x what it was without them (`bench/run-heavy.sh`).
+/// made their p99 4.8-10.6x and 2.9-3.9x what it was without them (`bench/run-heavy.sh`).
 fn giving_way<S, E>(heavy: Arc<Heavy>, len: u64, body: S) -> impl futures::Stream<Item = Result<bytes::Bytes, E>>
 where
     S: futures::Stream<Item = Result<bytes::Bytes, E>>,
