@@ -161,7 +161,7 @@ fn parse_range(headers: &HeaderMap, size: u64) -> ApiResult<Option<std::ops::Ran
     }
 }
 
-/// A download this large gives way to requests as heavy work does ([`Heavy::pause_for`]).
+/// A download larger than this gives way to requests as heavy work does ([`Heavy::pause_for`]).
 const GIVES_WAY_FROM: u64 = 16 << 20;
 /// Bytes sent between two looks at whether requests came meanwhile.
 const GIVE_WAY_EVERY: usize = 1 << 20;
@@ -178,7 +178,7 @@ where
     let (mut pace, mut sent) = (heavy.pace(), 0usize);
     body.then(move |chunk| {
         let pause = match &chunk {
-            Ok(b) if len >= GIVES_WAY_FROM => {
+            Ok(b) if len > GIVES_WAY_FROM => {
                 sent += b.len();
                 if sent < GIVE_WAY_EVERY {
                     None
@@ -370,7 +370,7 @@ mod tests {
         assert!(slow >= std::time::Duration::from_millis(180), "{slow:?}");
         let (alone, _) = send_three(1 << 30, false).await;
         assert!(alone < std::time::Duration::from_millis(120), "no request, no rest: {alone:?}");
-        let (small, _) = send_three(GIVES_WAY_FROM - 1, true).await;
+        let (small, _) = send_three(GIVES_WAY_FROM, true).await;
         assert!(small < std::time::Duration::from_millis(120), "a small download never rests: {small:?}");
     }
 
