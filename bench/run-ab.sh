@@ -12,7 +12,7 @@ base=$1
 mode=${2:-read}
 bench_setup ab
 start() { # name, binary, port
-  SPILLWAY_DATA_DIR="$work/$1" SPILLWAY_LISTEN=127.0.0.1:$3 RUST_LOG=warn "$2" >"$work/$1.log" 2>&1 &
+  SPILLWAY_DATA_DIR="$work/$1" SPILLWAY_LISTEN=127.0.0.1:$3 SPILLWAY_METRICS_LISTEN=none RUST_LOG=warn "$2" >"$work/$1.log" 2>&1 &
   echo $!
 }
 a=$(start base "$base" 17801)

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 . bench/common.sh
 bench_setup pages
 start() { # name, port, text cache bytes
-  SPILLWAY_DATA_DIR="$work/$1" SPILLWAY_LISTEN=127.0.0.1:$2 SPILLWAY_TEXT_CACHE_BYTES=$3 RUST_LOG=warn \
+  SPILLWAY_DATA_DIR="$work/$1" SPILLWAY_LISTEN=127.0.0.1:$2 SPILLWAY_METRICS_LISTEN=none SPILLWAY_TEXT_CACHE_BYTES=$3 RUST_LOG=warn \
     target/release/spillway-server >"$work/$1.log" 2>&1 &
   echo $!
 }
