@@ -5,10 +5,13 @@
 //! once serves every later page over it, and nothing is ever invalidated.
 //!
 //! A byte page that is not plain text (invalid UTF-8, a character cut at its start or across a
-//! block edge) comes from blocks kept decoded as lossy decoding decodes them (`lossy`). What
-//! neither kind of block answers exactly as `paging` would (a limit smaller than one character,
-//! a line page that is not plain text) is left to it: the caller cuts that page the usual way.
-//! The property tests check the two agree byte for byte.
+//! block edge) comes from blocks kept decoded as lossy decoding decodes them (`lossy`). Where a
+//! page ends is not decided here: the blocks answer `paging::cut`'s questions (where bytes,
+//! characters and newlines are; [`Span`] and `lossy::LossySpan`) and its rules, the ones
+//! `paging::byte_page` and `line_page` use, decide. What neither kind of block can render
+//! exactly as `paging` would (a limit smaller than one character, a line page that is not plain
+//! text) is left to it: the caller cuts that page the usual way. The property tests check the
+//! two renderings agree byte for byte.
 
 mod lossy;
 
@@ -18,8 +21,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use lossy::{LossyBlock, LossySpan, CONTEXT};
+use spillway_api::paging::cut::{self, Around, End, Lines};
 use spillway_api::paging::lines::{LineIndex, CHECKPOINT_EVERY};
-use spillway_api::paging::{utf8_cut, Shown};
+use spillway_api::paging::utf8_cut;
 use spillway_api::{Digest, ReadPage, READ_CAP};
 
 /// Raw bytes per block: a capped read spans two or three.
@@ -322,8 +326,11 @@ impl Edge {
     }
 }
 
-/// The blocks a page's bytes lie in, and the positions found in them.
+/// The blocks a page's bytes lie in, and the positions found in them: what `paging::cut`
+/// asks about a page's bytes, answered from the escaped text and its marks.
 struct Span {
+    /// The blob's size.
+    size: u64,
     first: u64,
     block: u64,
     blocks: Vec<Arc<TextBlock>>,
@@ -358,22 +365,6 @@ impl Span {
         Edge { newlines: b.first_line + newlines, end_at, start_at, boundary }
     }
 
-    /// Where a page from `offset` asked to end at `end` ends, as `byte_page` cuts it: never
-    /// inside a character, unless at the end of the blob (`None`: that page is lossy, or
-    /// shorter than one character).
-    fn stop(&self, offset: u64, end: u64, size: u64) -> Option<u64> {
-        if end == size {
-            return (self.at(end, true).0.tail.len == 0).then_some(end);
-        }
-        let from = end.saturating_sub(4).max(offset);
-        let last: Vec<u8> = (from..end).map(|p| self.byte(p)).collect();
-        match utf8_cut(&last) {
-            n if n == last.len() => Some(end),
-            0 if from == offset => None,
-            n => Some(from + n as u64),
-        }
-    }
-
     /// Whether `start..stop` of a blob of `size` bytes is plain UTF-8: it starts a character,
     /// the characters cut by block edges inside it are whole across them, and the blob does
     /// not end inside one.
@@ -385,20 +376,8 @@ impl Span {
 
     /// The page `start..stop` (plain text, see [`Span::plain`]).
     fn page(&self, blob: TextBlob<'_>, start: u64, stop: u64, capped: bool) -> EscapedPage {
-        let (before, start_at) = self.locate(start, false);
-        let (through, stop_at) = self.locate(stop, true);
-        let shown = Shown {
-            size: blob.size,
-            total_lines: blob.lines,
-            offset: start,
-            used: stop - start,
-            start_line: 1 + before,
-            newlines: through - before,
-            ends_line: self.byte(stop - 1) == b'\n',
-            lossy: false,
-            capped,
-        };
-        let content = self.content(start, start_at, stop, stop_at);
+        let shown = cut::shown(self, blob.lines, start, stop, false, capped);
+        let content = self.content(start, self.locate(start, false).1, stop, self.locate(stop, true).1);
         EscapedPage { page: shown.page(Some(blob.digest.to_string()), String::new()), content }
     }
 
@@ -437,6 +416,26 @@ impl Span {
     }
 }
 
+impl Around for Span {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn byte(&self, pos: u64) -> u8 {
+        Span::byte(self, pos)
+    }
+}
+
+impl Lines for Span {
+    fn newlines_before(&self, pos: u64) -> u64 {
+        self.locate(pos, pos > self.first * self.block).0
+    }
+
+    fn newline(&self, n: u64) -> Option<u64> {
+        Span::newline(self, n)
+    }
+}
+
 impl TextCache {
     /// A cache of `capacity` bytes; `None` when that is less than one block (no cache).
     pub(crate) fn new(capacity: u64) -> Option<Self> {
@@ -451,8 +450,8 @@ impl TextCache {
         })
     }
 
-    /// The byte page `offset`/`limit` of `blob` with its content escaped, as
-    /// `paging::byte_page` cuts it; `None` when that page is not plain text from these blocks,
+    /// The byte page `offset`/`limit` of `blob` with its content escaped, cut by
+    /// `paging::cut`'s rules as `paging::byte_page` is; `None` when that page is not plain text from these blocks,
     /// or is the first to start in its block (the caller cuts it the usual way). Missing blocks are read with `fetch` (a range of
     /// the blob), escaped and kept.
     pub(crate) async fn byte_page<E>(
@@ -466,22 +465,21 @@ impl TextCache {
         if offset >= size {
             return Ok(None);
         }
-        let end = size.min(offset.saturating_add(limit.clamp(1, READ_CAP as u64)));
+        let end = cut::byte_end_asked(size, offset, limit);
         if !self.admit(blob.digest, offset / self.block) {
             return Ok(None);
         }
         let Some(span) = self.span(blob, offset, end, &fetch).await? else {
             return self.lossy_page(blob, offset, limit, end, &fetch).await;
         };
-        match span.stop(offset, end, size).filter(|&stop| span.plain(offset, stop, size)) {
-            Some(stop) => {
-                let capped = limit > READ_CAP as u64 && stop < size.min(offset.saturating_add(limit));
-                Ok(Some(span.page(blob, offset, stop, capped)))
+        match cut::byte_end(&span, offset, end) {
+            End::At(stop) if span.plain(offset, stop, size) => {
+                Ok(Some(span.page(blob, offset, stop, cut::byte_capped(size, offset, limit, stop))))
             }
             // Not plain text: it starts inside a character, or one is cut (across a block edge,
             // at the blob's end); not a page shorter than one.
-            None if limit >= 4 => self.lossy_page(blob, offset, limit, end, &fetch).await,
-            None => Ok(None),
+            _ if limit >= 4 => self.lossy_page(blob, offset, limit, end, &fetch).await,
+            _ => Ok(None),
         }
     }
 
@@ -566,7 +564,7 @@ impl TextCache {
             // character that fits), mapped back to the raw bytes as `Redacted::raw_at` maps it
             // (a cut inside a mark, or at its start, is the start of its secret).
             let mut shift = 0isize; // output position minus raw position, after the marks passed
-            let mut cut = None;
+            let mut fell = None;
             for &(a, b, kind, from, to) in &marks {
                 let out_start = (a as isize + shift) as usize;
                 if READ_CAP < out_start {
@@ -574,26 +572,19 @@ impl TextCache {
                 }
                 let out_end = out_start + mark_len(kind, from, to);
                 if READ_CAP < out_end {
-                    cut = Some(a);
+                    fell = Some(a);
                     break;
                 }
                 shift = out_end as isize - b as isize;
             }
-            let mut cut = cut.unwrap_or_else(|| {
+            let fell = fell.unwrap_or_else(|| {
                 let mut r = (READ_CAP as isize - shift) as usize;
                 while r > 0 && !boundary(offset + r as u64) {
                     r -= 1;
                 }
                 r
             });
-            if whole_lines && cut > 0 {
-                let (before, through) = (span.locate(offset, false).0, span.locate(offset + cut as u64, true).0);
-                if through > before {
-                    let Some(nl) = span.newline(through) else { return Ok(None) };
-                    cut = (nl + 1 - offset) as usize;
-                }
-            }
-            stop = offset + cut.max(1).min(len - 1).max(1) as u64;
+            stop = cut::shorter_end(&span, offset, stop, offset + fell as u64, whole_lines);
             capped = true;
         }
         Ok(None)
@@ -615,11 +606,11 @@ impl TextCache {
         let Some(blocks) = blocks.into_iter().collect::<Option<Vec<_>>>() else {
             return Ok(None);
         };
-        Ok(LossySpan { first, block: self.block, blocks }.page(blob, offset, limit))
+        Ok(LossySpan { size: blob.size, first, block: self.block, blocks }.page(blob, offset, limit))
     }
 
-    /// The line page `line`/`lines` of `blob` with its content escaped, as `paging::line_page`
-    /// cuts it; `None` as for [`TextCache::byte_page`].
+    /// The line page `line`/`lines` of `blob` with its content escaped, cut by `paging::cut`'s
+    /// rules as `paging::line_page` is; `None` as for [`TextCache::byte_page`].
     pub(crate) async fn line_page<E>(
         &self,
         blob: TextBlob<'_>,
@@ -649,20 +640,10 @@ impl TextCache {
         let Some(span) = self.span(blob, start, end, &fetch).await? else {
             return Ok(None);
         };
-        // As `line_page` cuts it: `lines` whole lines, or what the cap leaves.
-        let (before, through) = (line - 1, span.locate(end, true).0);
-        let (stop, capped) = if through - before >= lines {
-            (span.newline(before + lines).map(|at| at + 1), false)
-        } else if end == blob.size {
-            (Some(end), false)
-        } else if through == before {
-            (span.stop(start, end, blob.size), true) // one line longer than the cap: by bytes
-        } else {
-            (span.newline(through).map(|at| at + 1), true)
-        };
-        let Some(stop) = stop.filter(|&stop| span.plain(start, stop, blob.size)) else {
+        let (stop, capped) = cut::line_end(&span, start, line, lines, end);
+        if !span.plain(start, stop, blob.size) {
             return Ok(None);
-        };
+        }
         Ok(Some(span.page(blob, start, stop, capped)))
     }
 
@@ -688,7 +669,7 @@ impl TextCache {
         let first = start / self.block;
         let blocks = (first..=(end - 1) / self.block).map(|k| self.get_block(blob, k, fetch));
         let blocks = futures::future::try_join_all(blocks).await?;
-        Ok(blocks.iter().all(|b| b.text).then_some(Span { first, block: self.block, blocks }))
+        Ok(blocks.iter().all(|b| b.text).then_some(Span { size: blob.size, first, block: self.block, blocks }))
     }
 
     /// `fetch(range)`, and the blob's newlines before `range.start` (counted from the

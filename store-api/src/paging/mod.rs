@@ -2,6 +2,7 @@
 //! a stream so far, a local spill file). The cutting rules live here, shared by the server
 //! and the client's `--local` mode; sources only hand out byte ranges.
 
+pub mod cut;
 mod grep;
 pub mod lines;
 mod redacted;
@@ -322,48 +323,32 @@ pub async fn byte_page<E: SourceError>(
     if offset > size {
         return Err(past_end(format!("offset {offset} is past the end ({size} bytes)"), size));
     }
-    let want = limit.clamp(1, READ_CAP as u64);
-    let end = size.min(offset.saturating_add(want));
+    let end = cut::byte_end_asked(size, offset, limit);
     let cp = src.checkpoint_for_offset(offset).await.map_err(PageError::Source)?;
     // Three bytes past the end tell whether the last character is whole.
     let buf = read_checked(src, cp.offset, size.min(end + 3)).await?;
-    let (pre, ahead) = buf.split_at((offset - cp.offset) as usize);
-    let raw = &ahead[..(end - offset) as usize];
-    let raw = match utf8_cut(raw) {
-        n if n == raw.len() || end == size => raw,
-        0 => &ahead[..char_width(raw[0]).min(ahead.len())], // a limit smaller than one character
-        n => &raw[..n],
+    let w = cut::Window { size, start: cp.offset, newlines: cp.newlines, data: &buf };
+    let stop = match cut::byte_end(&w, offset, end) {
+        cut::End::At(stop) => stop,
+        cut::End::OneCharacter => offset + cut::one_character(&w, offset),
     };
-    let content = to_content(raw);
-    let start_line = 1 + cp.newlines + newlines(pre);
+    let content = to_content(&buf[(offset - cp.offset) as usize..(stop - cp.offset) as usize]);
     let page_end = offset + content.used as u64;
     // Cut short by the cap: by bytes (a limit over it) or by what replacement added.
-    let capped = content.cut || (limit > READ_CAP as u64 && page_end < size.min(offset.saturating_add(limit)));
-    Ok(finish_page(src, offset, start_line, content, capped))
+    let capped = content.cut || cut::byte_capped(size, offset, limit, page_end);
+    Ok(finish_page(src, &w, offset, page_end, content, capped))
 }
 
-/// Fills in a page's cursors from what it shows (see [`Shown::page`]).
+/// The page `offset..page_end` of `w` with `content` as its text (see [`Shown::page`]).
 fn finish_page<E: SourceError>(
     src: &dyn Source<Error = E>,
+    w: &cut::Window<'_>,
     offset: u64,
-    start_line: u64,
+    page_end: u64,
     content: Content,
     capped: bool,
 ) -> ReadPage {
-    let Content { text, used, lossy, .. } = content;
-    let shown = Shown {
-        size: src.size(),
-        total_lines: src.total_lines(),
-        offset,
-        used: used as u64,
-        start_line,
-        // Replacement never makes or removes a `\n`: the text's newlines are the raw bytes'.
-        newlines: newlines(text.as_bytes()),
-        ends_line: text.ends_with('\n'),
-        lossy,
-        capped,
-    };
-    shown.page(src.digest(), text)
+    cut::shown(w, src.total_lines(), offset, page_end, content.lossy, capped).page(src.digest(), content.text)
 }
 
 /// What a page shows of its source, from which its line numbers and cursors follow.
@@ -468,27 +453,9 @@ pub async fn line_page<E: SourceError>(src: &dyn Source<Error = E>, line: u64, l
         return Err(past_end(format!("line {line} is past the end ({total_lines} lines)"), size));
     }
     let (start, window) = locate_page(src, line).await?;
-    let end = start + window.len() as u64;
-    let mut taken = 0u64; // whole lines found, to tell a cut by `lines` from a cut by the cap
-    let mut len = 0usize;
-    for i in memchr::memchr_iter(b'\n', &window) {
-        taken += 1;
-        len = i + 1;
-        if taken == lines {
-            break;
-        }
-    }
-    let mut capped = false;
-    if taken < lines {
-        if end == size {
-            len = window.len(); // to the end: the last line may have no final newline
-        } else if taken == 0 {
-            len = utf8_cut(&window).max(1); // one line longer than the cap: go on by bytes
-            capped = true;
-        } else {
-            capped = true; // the cap stopped the page, between lines or inside the next one
-        }
-    }
+    let w = cut::Window { size, start, newlines: line - 1, data: &window };
+    let (stop, capped) = cut::line_end(&w, start, line, lines, start + window.len() as u64);
+    let len = (stop - start) as usize;
     let mut content = to_content(&window[..len]);
     if content.cut {
         // Replacement made the lines too long for the cap: keep the whole lines that fit.
@@ -498,7 +465,8 @@ pub async fn line_page<E: SourceError>(src: &dyn Source<Error = E>, line: u64, l
         }
     }
     let capped = capped || content.cut;
-    Ok(finish_page(src, start, line, content, capped))
+    let page_end = start + content.used as u64;
+    Ok(finish_page(src, &w, start, page_end, content, capped))
 }
 
 /// An output held in memory, paged with the same rules as a stored blob (a tool that has its

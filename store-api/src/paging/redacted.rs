@@ -6,7 +6,7 @@
 //! passes the 100,000-byte cap, the page covers fewer stored bytes (whole lines, for a line
 //! page, when one fits) and says `capped`.
 
-use super::{newlines, read_checked, to_content, PageResult, Shown, Source, SourceError};
+use super::{newlines, read_checked, to_content, PageResult, Source, SourceError};
 use crate::redact::{Detector, Redacted, Span, MAX_SECRET};
 use crate::ReadPage;
 
@@ -110,37 +110,26 @@ async fn redact_page<E: SourceError>(
             (buf, from, spans)
         }
     };
-    let mut end = from + page.length as usize;
+    // The bytes read, as the cut rules see them: `buf[from]` is the page's first byte, after
+    // `start_line - 1` newlines of the source.
+    let lo = page.offset - from as u64;
+    let before = page.start_line - 1 - newlines(&buf[..from]);
+    let w = super::cut::Window { size: src.size(), start: lo, newlines: before, data: &buf };
+    let mut stop = page.offset + page.length;
     let mut capped = page.capped;
     loop {
+        let end = (stop - lo) as usize;
         let red = Redacted::of(&buf, from, end, &spans);
         let content = to_content(&red.text);
         if !content.cut {
-            let raw = &buf[from..end];
-            let shown = Shown {
-                size: src.size(),
-                total_lines: src.total_lines(),
-                offset: page.offset,
-                used: raw.len() as u64,
-                start_line: page.start_line,
-                newlines: newlines(raw),
-                ends_line: raw.last() == Some(&b'\n'),
-                lossy: content.lossy,
-                capped,
-            };
+            let shown = super::cut::shown(&w, src.total_lines(), page.offset, stop, content.lossy, capped);
             let mut out = shown.page(page.digest, content.text);
             out.redactions = Some(red.marks() as u64);
             return Ok(out);
         }
-        // Marks made the text pass the cap: end where the cap fell (before a mark it fell in),
-        // at the last whole line for a line page when there is one.
-        let mut cut = from + red.raw_at(content.used);
-        if whole_lines {
-            if let Some(nl) = memchr::memrchr(b'\n', &buf[from..cut]) {
-                cut = from + nl + 1;
-            }
-        }
-        end = cut.max(from + 1).min(end - 1).max(from + 1);
+        // Marks made the text pass the cap: end where the cap fell (before a mark it fell in).
+        let cut = page.offset + red.raw_at(content.used) as u64;
+        stop = super::cut::shorter_end(&w, page.offset, stop, cut, whole_lines);
         capped = true;
     }
 }

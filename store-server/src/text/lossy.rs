@@ -16,7 +16,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use spillway_api::paging::{lossy_unit, utf8_cut, Shown};
+use spillway_api::paging::cut::{self, Around, End};
+use spillway_api::paging::{lossy_unit, Shown};
 use spillway_api::READ_CAP;
 
 use super::{EscapedPage, TextBlob, MARK};
@@ -203,6 +204,8 @@ impl LossyBlock {
 
 /// The lossy blocks a page's bytes lie in.
 pub(super) struct LossySpan {
+    /// The blob's size.
+    pub size: u64,
     pub first: u64,
     pub block: u64,
     pub blocks: Vec<Arc<LossyBlock>>,
@@ -215,27 +218,27 @@ impl LossySpan {
         let i = (k - self.first) as usize;
         Some((i, self.blocks[i].at(pos - k * self.block)?))
     }
+}
+
+impl Around for LossySpan {
+    fn size(&self) -> u64 {
+        self.size
+    }
 
     fn byte(&self, pos: u64) -> u8 {
         let k = (pos / self.block).min(self.first + self.blocks.len() as u64 - 1);
         self.blocks[(k - self.first) as usize].byte(pos as i64 - (k * self.block) as i64)
     }
+}
 
-    /// The byte page `offset`/`limit` of `blob`, as `paging::byte_page` cuts it; `None` where
+impl LossySpan {
+    /// The byte page `offset`/`limit` of `blob`, its end as `paging::cut` finds it; `None` where
     /// its end is not a unit's start, or it starts with many continuation bytes.
     pub(super) fn page(&self, blob: TextBlob<'_>, offset: u64, limit: u64) -> Option<EscapedPage> {
         let size = blob.size;
-        let end = size.min(offset.saturating_add(limit.clamp(1, READ_CAP as u64)));
-        let stop = if end == size {
-            end
-        } else {
-            let from = end.saturating_sub(4).max(offset);
-            let last: Vec<u8> = (from..end).map(|p| self.byte(p)).collect();
-            match utf8_cut(&last) {
-                n if n == last.len() => end,
-                0 if from == offset => return None, // a limit smaller than one character
-                n => from + n as u64,
-            }
+        let stop = match cut::byte_end(self, offset, cut::byte_end_asked(size, offset, limit)) {
+            End::At(stop) => stop,
+            End::OneCharacter => return None,
         };
         // A page that starts inside a unit: each continuation byte it starts with is a unit of
         // its own (one U+FFFD), up to the next byte that starts one.
@@ -246,7 +249,7 @@ impl LossySpan {
         }
         let (i, start) = self.at(unit)?;
         let (j, stop) = self.at(stop)?;
-        let ((k, through), cut) = self.fit(i, start, j, stop, READ_CAP - strays * REPLACEMENT.len());
+        let ((k, through), capped) = self.fit(i, start, j, stop, READ_CAP - strays * REPLACEMENT.len());
         let (mut newlines, mut replaced) = (0, strays as u32);
         let mut content = Vec::with_capacity(k - i + 2);
         if strays > 0 {
@@ -270,7 +273,7 @@ impl LossySpan {
             newlines,
             ends_line: self.byte(page_end - 1) == b'\n',
             lossy: replaced > 0,
-            capped: cut || (limit > READ_CAP as u64 && page_end < size.min(offset.saturating_add(limit))),
+            capped: capped || cut::byte_capped(size, offset, limit, page_end),
         };
         Some(EscapedPage { page: shown.page(Some(blob.digest.to_string()), String::new()), content })
     }
