@@ -59,7 +59,10 @@ async fn spawn_server(config: &spillway_server::Config) -> (Child, String) {
 /// with the yardstick's flags (`--listen`, `--data-dir`, nothing else), for the crash tests that
 /// run on the embedded default. The address comes from its log (on stderr).
 async fn spawn_release_server(bin: &std::ffi::OsStr, config: &spillway_server::Config) -> (Child, String) {
-    let mut child = Command::new(bin)
+    // A relative path is the project root's, where the documented command runs (cargo runs
+    // the tests in this crate's directory).
+    let bin = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(bin);
+    let mut child = Command::new(&bin)
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(&config.data_dir)
         .env("NO_COLOR", "1")
