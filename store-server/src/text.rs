@@ -350,8 +350,8 @@ impl Span {
 
     /// Where `pos` falls (inside the span, or at the blob's end): [`Span::locate`] both ways
     /// and [`Span::byte`] at once, one step through the escaped text.
-    fn edge(&self, pos: u64, size: u64) -> Edge {
-        if pos >= size {
+    fn edge(&self, pos: u64) -> Edge {
+        if pos >= self.size {
             let (newlines, at) = self.locate(pos, true);
             return Edge { newlines, end_at: at, start_at: at, boundary: true };
         }
@@ -365,13 +365,12 @@ impl Span {
         Edge { newlines: b.first_line + newlines, end_at, start_at, boundary }
     }
 
-    /// Whether `start..stop` of a blob of `size` bytes is plain UTF-8: it starts a character,
-    /// the characters cut by block edges inside it are whole across them, and the blob does
-    /// not end inside one.
-    fn plain(&self, start: u64, stop: u64, size: u64) -> bool {
+    /// Whether `start..stop` is plain UTF-8: it starts a character, the characters cut by block
+    /// edges inside it are whole across them, and the blob does not end inside one.
+    fn plain(&self, start: u64, stop: u64) -> bool {
         !is_continuation(self.byte(start))
             && self.whole_across_edges(start, stop)
-            && (stop < size || self.at(stop, true).0.tail.len == 0)
+            && (stop < self.size || self.at(stop, true).0.tail.len == 0)
     }
 
     /// The page `start..stop` (plain text, see [`Span::plain`]).
@@ -450,10 +449,10 @@ impl TextCache {
         })
     }
 
-    /// The byte page `offset`/`limit` of `blob` with its content escaped, cut by
-    /// `paging::cut`'s rules as `paging::byte_page` is; `None` when that page is not plain text from these blocks,
-    /// or is the first to start in its block (the caller cuts it the usual way). Missing blocks are read with `fetch` (a range of
-    /// the blob), escaped and kept.
+    /// The byte page `offset`/`limit` of `blob` with its content escaped, cut by `paging::cut`'s
+    /// rules as `paging::byte_page` is; `None` when that page is not plain text from these
+    /// blocks, or is the first to start in its block (the caller cuts it the usual way).
+    /// Missing blocks are read with `fetch` (a range of the blob), escaped and kept.
     pub(crate) async fn byte_page<E>(
         &self,
         blob: TextBlob<'_>,
@@ -473,7 +472,7 @@ impl TextCache {
             return self.lossy_page(blob, offset, limit, end, &fetch).await;
         };
         match cut::byte_end(&span, offset, end) {
-            End::At(stop) if span.plain(offset, stop, size) => {
+            End::At(stop) if span.plain(offset, stop) => {
                 Ok(Some(span.page(blob, offset, stop, cut::byte_capped(size, offset, limit, stop))))
             }
             // Not plain text: it starts inside a character, or one is cut (across a block edge,
@@ -514,16 +513,16 @@ impl TextCache {
         // Each secret's edges in the escaped blocks, found once.
         let mut edges = Vec::with_capacity(secrets.len());
         for s in secrets {
-            let (from, to) = (span.edge(offset + s.start as u64, size), span.edge(offset + s.end as u64, size));
+            let (from, to) = (span.edge(offset + s.start as u64), span.edge(offset + s.end as u64));
             if s.start >= s.end || !from.boundary || !to.boundary {
                 return Ok(None);
             }
             edges.push((from, to));
         }
-        let first = span.edge(offset, size);
+        let first = span.edge(offset);
         for _ in 0..4 {
             let len = (stop - offset) as usize;
-            let last = span.edge(stop, size);
+            let last = span.edge(stop);
             // Each secret as a mark: raw bytes `a..b` of the page, the mark's text, and the
             // edges of what it replaces (a mark keeps its newlines).
             let marks: Vec<(usize, usize, &str, Edge, Edge)> = secrets
@@ -538,7 +537,7 @@ impl TextCache {
             let mark_len = |kind: &str, from: Edge, to: Edge| "[REDACTED:]".len() + kind.len() + from.newlines_to(to);
             let shown = marks.iter().fold(len, |n, &(a, b, kind, from, to)| n - (b - a) + mark_len(kind, from, to));
             if shown <= READ_CAP {
-                if !span.plain(offset, stop, size) {
+                if !span.plain(offset, stop) {
                     return Ok(None);
                 }
                 let mut out = span.page(blob, offset, stop, capped);
@@ -641,7 +640,7 @@ impl TextCache {
             return Ok(None);
         };
         let (stop, capped) = cut::line_end(&span, start, line, lines, end);
-        if !span.plain(start, stop, blob.size) {
+        if !span.plain(start, stop) {
             return Ok(None);
         }
         Ok(Some(span.page(blob, start, stop, capped)))
