@@ -402,3 +402,34 @@ fn one_log_line_per_request_without_colour_or_token() {
     assert_eq!(v["fields"]["route"], "/v1/refs");
     assert_eq!(v["level"], "INFO");
 }
+
+/// Processes that open one fresh data directory at once (the server's first start, an
+/// operator's `token create` beside it) take turns at the schema: each finds it whole, none
+/// fails applying a migration the other applied.
+#[test]
+fn processes_opening_a_fresh_directory_at_once_all_start() {
+    for round in 0..4 {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let children: Vec<_> = (0..6)
+            .map(|i| {
+                Command::new(BIN)
+                    .args(["token", "create", "--namespace", &format!("ns{i}"), "--scope", "read"])
+                    .arg("--data-dir")
+                    .arg(&data)
+                    .env_remove("SPILLWAY_DATABASE_URL")
+                    .env_remove("SPILLWAY_BLOB_STORE")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let list = String::from_utf8(run(&["token", "list"], &data).stdout).unwrap();
+        assert_eq!(list.lines().count(), 6, "round {round}: every token made it: {list}");
+    }
+}

@@ -7,6 +7,7 @@
 use super::error::{DbError, DbResult};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use futures::future::BoxFuture;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, Connection, Executor};
@@ -77,9 +78,15 @@ impl Db {
         let options: AnyConnectOptions = url.parse()?;
         match backend {
             Backend::Sqlite => {
+                let native = native_path(url)?;
+                let schema = match &native {
+                    Some(path) => Some(schema_lock(path).await?),
+                    None => None,
+                };
                 let mut writer = AnyConnection::connect_with(&options).await?;
                 writer.execute(SQLITE_PRAGMAS).await?;
                 SQLITE_MIGRATIONS.run(&mut writer).await?;
+                drop(schema);
                 let pool = AnyPoolOptions::new()
                     .max_connections(4)
                     .acquire_timeout(Duration::from_secs(30))
@@ -91,7 +98,6 @@ impl Db {
                     })
                     .connect_with(options)
                     .await?;
-                let native = native_path(url)?;
                 let first = native.as_deref().map(open_native).transpose()?;
                 let (tx, rx) = mpsc::channel(1024);
                 let has_native = native.is_some();
@@ -246,6 +252,23 @@ fn native_path(url: &str) -> anyhow::Result<Option<std::path::PathBuf>> {
     let path = options.get_filename();
     let in_memory = path.as_os_str().is_empty() || path.to_string_lossy().contains(":memory:");
     Ok((!in_memory).then(|| path.to_path_buf()))
+}
+
+/// An exclusive lock on a file beside SQLite database `db`, held while its schema is brought
+/// up to date. sqlx takes no lock around SQLite's migrations: two processes opening one fresh
+/// file at once (the server's first start, an operator's `token create` beside it) would both
+/// apply the first migration, and the second fail on the tables the first made. With the lock
+/// they take turns, and the second finds the schema whole. (PostgreSQL's migrations take an
+/// advisory lock of their own.)
+async fn schema_lock(db: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-schema.lock");
+    let lock = tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&name)?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
+        std::io::Result::Ok(file)
+    });
+    lock.await?.context("cannot lock the database's schema")
 }
 
 /// The SQLite writer's own rusqlite connection to the database file.
