@@ -233,20 +233,30 @@ enum LogFormat {
     Json,
 }
 
-fn init_tracing(format: LogFormat) {
+/// Log lines go to stderr through a thread of their own (`tracing-appender`), gathered into
+/// one write for as many as arrive while the last is written: a write per line cost a request
+/// more CPU than its page's own work (docs/benchmarks.md). None is dropped (`lossy(false)`:
+/// past 128k lines waiting, the logging request waits), and the guard flushes what is left
+/// when `main` returns.
+fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("spillway-log")
+        .finish(std::io::BufWriter::with_capacity(64 << 10, std::io::stderr()));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     match format {
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
         LogFormat::Json => builder.json().with_current_span(false).init(),
     }
+    guard
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_tracing(cli.store.log_format);
+    let _log = init_tracing(cli.store.log_format);
     let mut config = cli.store.config()?;
     match &cli.command {
         None => cli.serve.apply(&mut config),
