@@ -285,12 +285,22 @@ async fn main() -> anyhow::Result<()> {
             if let Some(m) = &metrics {
                 tracing::info!(metrics_addr = %m.local_addr()?, "metrics listening (for the operator's Prometheus)");
             }
+            // The signal closes both listeners at once: the metrics one must not stay bound
+            // while requests in flight drain (up to 30 s), or a server started right after is
+            // refused its port.
             let stop = tokio_util::sync::CancellationToken::new();
             let metrics = metrics.map(|m| {
                 let (config, stop) = (state.config.clone(), stop.clone());
                 tokio::spawn(async move { spillway_server::serve_metrics(m, &config, stop.cancelled_owned()).await })
             });
-            spillway_server::serve(listener, state, shutdown_signal()).await?;
+            let signal = {
+                let stop = stop.clone();
+                async move {
+                    shutdown_signal().await;
+                    stop.cancel();
+                }
+            };
+            spillway_server::serve(listener, state, signal).await?;
             stop.cancel();
             if let Some(m) = metrics {
                 let _ = m.await;

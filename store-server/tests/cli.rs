@@ -433,3 +433,36 @@ fn processes_opening_a_fresh_directory_at_once_all_start() {
         assert_eq!(list.lines().count(), 6, "round {round}: every token made it: {list}");
     }
 }
+
+/// On SIGTERM both listeners close at once, the metrics one too, while a request in flight
+/// (a long-poll) still finishes: a server started right after on the same ports is not refused
+/// for the time the old one drains.
+#[test]
+fn sigterm_frees_both_ports_while_requests_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = start(dir.path(), &["--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()]);
+    let token = std::fs::read_to_string(data.join("token")).unwrap();
+    let token = token.trim().to_owned();
+    let (code, body) = send(&server.addr, "POST", "/v1/streams", &token, b"");
+    assert_eq!(code, 201, "{body}");
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"].as_str().unwrap().to_owned();
+    let (addr, poll_token) = (server.addr.clone(), token.clone());
+    let poll = std::thread::spawn(move || {
+        send(&addr, "GET", &format!("/v1/streams/{id}/read?offset=0&wait_ms=5000"), &poll_token, b"")
+    });
+    std::thread::sleep(Duration::from_millis(500)); // the long-poll is waiting
+                                                    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) }, 0);
+    let start = Instant::now();
+    let free = |addr: &str| std::net::TcpListener::bind(addr).is_ok();
+    while !(free(&server.addr) && free(&server.metrics)) && start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        free(&server.addr) && free(&server.metrics),
+        "both ports free within 3 s of SIGTERM, the long-poll still waiting"
+    );
+    let (code, body) = poll.join().unwrap();
+    assert_eq!(code, 200, "the request in flight finished: {body}");
+}
