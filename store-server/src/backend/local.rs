@@ -227,19 +227,19 @@ impl Spilled for StagedFile {
                 let dir = dest.parent().map(FsPath::to_path_buf).unwrap_or_default();
                 tokio::task::spawn_blocking(move || {
                     match std::fs::hard_link(&tmp, &dest) {
-                        Ok(()) => {}
-                        // Stored already: the directory is changed all the same (a name linked
-                        // and unlinked), so that its fsync commits as much as a new blob's and
-                        // timing does not tell them apart. (A crash between the two leaves a
-                        // `.dedup` name, which no read sees and the orphan sweep removes:
-                        // `BlobStore::list`.)
-                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                            let twin = dest.with_extension("dedup");
-                            if std::fs::hard_link(&tmp, &twin).is_ok() {
-                                let _ = std::fs::remove_file(&twin);
-                            }
-                        }
+                        // Stored already: nothing to link.
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                         Err(e) => return Err(e),
+                        Ok(()) => {}
+                    }
+                    // Either way a second name is linked and unlinked: stored already, the
+                    // directory is changed all the same, so that its fsync commits as much
+                    // as a new blob's; new, it makes the same system calls. Timing does not
+                    // tell the two apart. (A crash between the two leaves a `.dedup` name,
+                    // which no read sees and the orphan sweep removes: `BlobStore::list`.)
+                    let twin = dest.with_extension("dedup");
+                    if std::fs::hard_link(&tmp, &twin).is_ok() {
+                        let _ = std::fs::remove_file(&twin);
                     }
                     fsync_dir(&dir)
                 })

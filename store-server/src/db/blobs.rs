@@ -3,11 +3,14 @@
 //! A blob row is written only after its bytes are durable (or, for bytes completed in place,
 //! in the transaction that completes them), and a reference is only ever added in a
 //! transaction that first writes its blob's row — inserting it, clearing its grace, or taking
-//! it back from retention — so that it serializes with a deletion on that row. The invariant
-//! this keeps, and why it holds under READ COMMITTED, is written in `db/retention.rs`.
+//! it back from retention — so that it serializes with a deletion on that row (on SQLite,
+//! whose write transaction holds the whole database, a live row out of grace is read
+//! instead). The invariant this keeps, and why it holds under READ COMMITTED, is written in
+//! `db/retention.rs`.
 
 use std::collections::BTreeMap;
 
+use rusqlite::OptionalExtension as _;
 use spillway_api::{Digest, Labels, Namespace, Sha256Digest};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
@@ -258,88 +261,76 @@ async fn hold_row(c: &mut AnyConnection, b: &BlobRow, now: i64, hint: Option<Blo
     Err(DbError::unavailable("the content's row kept changing; retry"))
 }
 
-/// The pages a re-upload of content held already writes to `write_pad`, for a row holding
-/// `len` bytes besides its fixed columns (the inline content, or else the line index).
+/// [`hold_row`] on the SQLite writer's own connection, inside its write transaction, which
+/// holds the whole database: nothing else changes the row between the statements, so it is
+/// read first and the statement it needs is the one run. `hint` is not needed here.
 ///
-/// SQLite leaves a page untouched when a statement writes what it holds already, so a
-/// re-upload, rewriting its row in place with the same values, writes only its index entries;
-/// a new row also writes pages of its own: a new leaf of the table when the last one is full
-/// (at every row of ~2 KiB, one row in seven at 256 B), its overflow pages past ~4 KiB (one per
-/// 4 KiB), and one more (the parent of the new leaf, the rest of the leaf). Unmatched, the
-/// difference told a re-upload of 2 KiB apart from a new one by time (AUC 0.34–0.40, the
-/// dedup-timing attack test), and two pages for every size left 0.59 at 256 B and 0.38 at
-/// 16 KiB; these brought 256 B to 16 KiB to chance (0.46–0.53). A fraction of a page is
-/// written by chance, as a new row's leaf is new only now and then.
-fn pad_pages(len: usize) -> i64 {
-    const PAGE: usize = 4096;
-    let row = len + 256; // with the row's other columns, about
-    let own = if row <= 4000 { PAGE / (4000 / row) } else { len }; // in 1/PAGE of a page
-    let pages = PAGE + own;
-    let extra = usize::from(rand::random_range(0..PAGE) < pages % PAGE);
-    (pages / PAGE + extra).min(6) as i64
+/// Content held already, live and out of grace, needs no write to its row; in its place the
+/// re-upload writes its [echo](echo_row). So both ways take the same statements on the same
+/// values — a read of the row by its digest, then the insert of one such row into a table of
+/// the same shape — and dirty as many pages (a leaf of the table, one of each index, overflow
+/// pages for the same length), whatever the machine's balance between CPU and disk. Other
+/// states (in grace, being deleted) write the row itself: rare, and only ever content nobody
+/// references.
+fn hold_row_natively(c: &rusqlite::Connection, b: &BlobRow, now: i64) -> DbResult<Hold> {
+    let (digest, sha256) = (b.digest.hex(), b.sha256.hex());
+    let found: Option<(String, Option<i64>)> = c
+        .prepare_cached("SELECT state, unreferenced_since FROM blobs WHERE digest = ?1")?
+        .query_row([&digest], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    // What a new row holds, and what a taken-back row is rewritten with.
+    let (size, lines) = (to_i64(b.size), to_i64(b.lines));
+    let whole_row = rusqlite::params![digest, sha256, size, lines, b.line_index, now, b.inline_data];
+    let (step, n) = match found.as_ref().map(|(state, grace)| (BlobState::parse(state.clone()), grace)) {
+        None => (
+            Hold::Insert,
+            c.prepare_cached(
+                "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, inline_data, state) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'live') ON CONFLICT (digest) DO NOTHING",
+            )?
+            .execute(whole_row)?,
+        ),
+        Some((Ok(BlobState::Live), None)) => (Hold::Keep, echo_row(c, b, &digest, &sha256, now)?),
+        Some((Ok(BlobState::Live), Some(_))) => (
+            Hold::Keep,
+            c.prepare_cached("UPDATE blobs SET unreferenced_since = NULL WHERE digest = ?1 AND state = 'live'")?
+                .execute([&digest])?,
+        ),
+        Some((Ok(BlobState::Deleting), _)) => (
+            Hold::TakeBack,
+            c.prepare_cached(
+                "UPDATE blobs SET state = 'live', unreferenced_since = NULL, deleting_since = NULL, \
+                 sha256 = ?2, size = ?3, lines = ?4, line_index = ?5, created_at = ?6, inline_data = ?7 \
+                 WHERE digest = ?1 AND state = 'deleting'",
+            )?
+            .execute(whole_row)?,
+        ),
+        Some((Err(e), _)) => return Err(e),
+    };
+    if n != 1 {
+        return Err(DbError::unavailable("the content's row changed under the writer; retry"));
+    }
+    Ok(step)
 }
 
-/// [`hold_row`] on the SQLite writer's own connection (a write transaction: nothing else
-/// changes the row between the statements).
-fn hold_row_natively(c: &rusqlite::Connection, b: &BlobRow, now: i64, hint: Option<BlobState>) -> DbResult<Hold> {
-    for step in hold_order(hint) {
-        let n = match step {
-            Hold::Insert => c
-                .prepare_cached(
-                    "INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, inline_data, state) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'live') ON CONFLICT (digest) DO NOTHING",
-                )?
-                .execute(rusqlite::params![
-                    b.digest.hex(),
-                    b.sha256.hex(),
-                    to_i64(b.size),
-                    to_i64(b.lines),
-                    b.line_index,
-                    now,
-                    b.inline_data
-                ])?,
-            // Inline content held already is written again, row and index entries alike (the
-            // same values): the commit of a re-upload dirties as many pages as a new row's, so
-            // timing does not tell them apart.
-            Hold::Keep if b.inline_data.is_some() => c
-                .prepare_cached(
-                    "UPDATE blobs SET unreferenced_since = NULL, digest = ?1, sha256 = ?2, inline_data = ?3 \
-                     WHERE digest = ?1 AND state = 'live'",
-                )?
-                .execute(rusqlite::params![b.digest.hex(), b.sha256.hex(), b.inline_data])?,
-            // Content stored as a file or object: its row and index entries written again too,
-            // for the same reason (the bytes are published again all the same, see `publish`).
-            Hold::Keep => c
-                .prepare_cached(
-                    "UPDATE blobs SET unreferenced_since = NULL, digest = ?1, sha256 = ?2 \
-                     WHERE digest = ?1 AND state = 'live'",
-                )?
-                .execute(rusqlite::params![b.digest.hex(), b.sha256.hex()])?,
-            Hold::TakeBack => c
-                .prepare_cached(
-                    "UPDATE blobs SET state = 'live', unreferenced_since = NULL, deleting_since = NULL, \
-                     sha256 = ?2, size = ?3, lines = ?4, line_index = ?5, created_at = ?6, inline_data = ?7 \
-                     WHERE digest = ?1 AND state = 'deleting'",
-                )?
-                .execute(rusqlite::params![
-                    b.digest.hex(),
-                    b.sha256.hex(),
-                    to_i64(b.size),
-                    to_i64(b.lines),
-                    b.line_index,
-                    now,
-                    b.inline_data
-                ])?,
-        };
-        if n == 1 {
-            if let Hold::Keep = step {
-                let own = b.inline_data.as_ref().map_or(b.line_index.len(), Vec::len);
-                c.prepare_cached("UPDATE write_pad SET n = n + 1 WHERE id <= ?1")?.execute([pad_pages(own)])?;
-            }
-            return Ok(step);
-        }
-    }
-    Err(DbError::unavailable("the content's row kept changing; retry"))
+/// What a re-upload of live content writes in place of its row: the row a new upload of it
+/// would insert — its digest and SHA-256, as long a line index and inline content, but zeros
+/// (no second copy of anything) — into `blob_echoes`, a table of the same shape nothing reads.
+/// The SQLite writer empties it every [`ECHO_PURGE_EVERY`](super::pool::ECHO_PURGE_EVERY).
+fn echo_row(c: &rusqlite::Connection, b: &BlobRow, digest: &str, sha256: &str, now: i64) -> rusqlite::Result<usize> {
+    c.prepare_cached(
+        "INSERT INTO blob_echoes (digest, sha256, size, lines, line_index, created_at, inline_data, state) \
+         VALUES (?1, ?2, ?3, ?4, zeroblob(?5), ?6, iif(?7 IS NULL, NULL, zeroblob(?7)), 'live')",
+    )?
+    .execute(rusqlite::params![
+        digest,
+        sha256,
+        to_i64(b.size),
+        to_i64(b.lines),
+        to_i64(b.line_index.len() as u64),
+        now,
+        b.inline_data.as_ref().map(|d| to_i64(d.len() as u64))
+    ])
 }
 
 impl Db {
@@ -478,7 +469,7 @@ impl Db {
     ) -> DbResult<Referenced> {
         // On SQLite, through the writer's own connection (all but bytes completed in place).
         if publish.is_none() {
-            if let Some(done) = self.add_ref_natively(b, r, now, hint).await {
+            if let Some(done) = self.add_ref_natively(b, r, now).await {
                 return done;
             }
         }
@@ -505,16 +496,10 @@ impl Db {
     /// statements, no hop to sqlx's worker per statement) — new content or not, so that an
     /// upload of content another namespace holds costs the same one commit as fresh content
     /// and its timing tells nothing. `None`: no native writer here.
-    async fn add_ref_natively(
-        &self,
-        b: &BlobRow,
-        r: &NewRef,
-        now: i64,
-        hint: Option<BlobState>,
-    ) -> Option<DbResult<Referenced>> {
+    async fn add_ref_natively(&self, b: &BlobRow, r: &NewRef, now: i64) -> Option<DbResult<Referenced>> {
         let (b, r) = (b.clone(), r.clone());
         self.write_native(move |c| {
-            let held = hold_row_natively(c, &b, now, hint)?;
+            let held = hold_row_natively(c, &b, now)?;
             let deduplicated: i64 = c
                 .prepare_cached(
                     "SELECT COUNT(*) FROM refs WHERE namespace = ?1 AND digest = ?2 \

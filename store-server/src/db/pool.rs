@@ -53,10 +53,22 @@ pub struct Db {
     group: Option<mpsc::Sender<Job>>,
     /// Whether the SQLite writer has its native connection (not for an in-memory database).
     native: bool,
-    /// Write transactions committed (each one fsync on SQLite): what tests compare to show
-    /// that two paths cost the same.
-    commits: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The writes' work, which tests compare to show that two paths cost the same.
+    work: std::sync::Arc<WriteWork>,
 }
+
+/// What the writes cost, counted as they are made.
+#[derive(Debug, Default)]
+struct WriteWork {
+    /// Write transactions committed (each one fsync on SQLite).
+    commits: std::sync::atomic::AtomicU64,
+    /// Pages the SQLite writer's native connection wrote to the log in its group commits.
+    pages: std::sync::atomic::AtomicU64,
+}
+
+/// How often the SQLite writer empties `blob_echoes` (see `db::blobs::echo_row`): by the
+/// clock, never by how many rows it holds, which re-uploads alone would move.
+pub(super) const ECHO_PURGE_EVERY: Duration = Duration::from_secs(10);
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -101,14 +113,15 @@ impl Db {
                 let first = native.as_deref().map(open_native).transpose()?;
                 let (tx, rx) = mpsc::channel(1024);
                 let has_native = native.is_some();
-                let commits = std::sync::Arc::default();
+                let work = std::sync::Arc::<WriteWork>::default();
+                let purged = std::time::Instant::now();
                 tokio::spawn(group_commit(
                     writer,
-                    native.map(|path| NativeWriter { path, conn: first }),
+                    native.map(|path| NativeWriter { path, conn: first, purged }),
                     rx,
-                    std::sync::Arc::clone(&commits),
+                    std::sync::Arc::clone(&work),
                 ));
-                Ok(Self { pool, backend, group: Some(tx), native: has_native, commits })
+                Ok(Self { pool, backend, group: Some(tx), native: has_native, work })
             }
             Backend::Postgres => {
                 let pool = AnyPoolOptions::new()
@@ -117,7 +130,7 @@ impl Db {
                     .connect_with(options)
                     .await?;
                 POSTGRES_MIGRATIONS.run(&pool).await?;
-                Ok(Self { pool, backend, group: None, native: false, commits: Default::default() })
+                Ok(Self { pool, backend, group: None, native: false, work: Default::default() })
             }
         }
     }
@@ -125,7 +138,19 @@ impl Db {
     /// Write transactions this handle has committed (or tried to: counted as the COMMIT is
     /// sent); on SQLite, its group commits.
     pub fn commits(&self) -> u64 {
-        self.commits.load(std::sync::atomic::Ordering::Relaxed)
+        self.work.commits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Pages the SQLite writer's native connection has written to the log in its group
+    /// commits (0 on PostgreSQL): what tests compare to show that two paths write alike.
+    pub fn log_pages(&self) -> u64 {
+        self.work.pages.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Rows in `blob_echoes`, which the SQLite writer empties every [`ECHO_PURGE_EVERY`]:
+    /// what tests look at to see that it does.
+    pub async fn echo_rows(&self) -> DbResult<i64> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM blob_echoes").fetch_one(&self.pool).await?)
     }
 
     /// The dialect in use.
@@ -161,7 +186,7 @@ impl Db {
         let Some(group) = &self.group else {
             let mut tx = self.pool.begin().await?;
             let out = op(&mut tx).await?;
-            self.commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed); // before: readers see it once done
+            self.work.commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed); // before: readers see it once done
             tx.commit().await?;
             return Ok(out);
         };
@@ -283,6 +308,8 @@ fn open_native(path: &std::path::Path) -> rusqlite::Result<rusqlite::Connection>
 struct NativeWriter {
     path: std::path::PathBuf,
     conn: Option<rusqlite::Connection>,
+    /// When `blob_echoes` was last emptied.
+    purged: std::time::Instant,
 }
 
 /// The SQLite writer: takes every write that is waiting and runs them in transactions — the
@@ -292,7 +319,7 @@ async fn group_commit(
     mut conn: AnyConnection,
     mut native: Option<NativeWriter>,
     mut rx: mpsc::Receiver<Job>,
-    commits: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    work: std::sync::Arc<WriteWork>,
 ) {
     while let Some(first) = rx.recv().await {
         let mut jobs = vec![first];
@@ -315,21 +342,27 @@ async fn group_commit(
             let reopened =
                 || open_native(&w.path).map_err(|e| tracing::error!(cause = %e, "cannot reopen SQLite")).ok();
             if let Some(c) = w.conn.take().or_else(reopened) {
-                w.conn = commit_native(c, natives, commits.clone()).await;
+                let purge = w.purged.elapsed() >= ECHO_PURGE_EVERY;
+                if purge {
+                    w.purged = std::time::Instant::now();
+                }
+                w.conn = commit_native(c, natives, work.clone(), purge).await;
             }
         }
         if !others.is_empty() {
-            commit_sqlx(&mut conn, others, &commits).await;
+            commit_sqlx(&mut conn, others, &work.commits).await;
         }
     }
 }
 
 /// One transaction of native writes, on a blocking thread (rusqlite blocks); gives the
-/// connection back, unless that thread panicked.
+/// connection back, unless that thread panicked. With `purge`, once the writes are answered,
+/// empties `blob_echoes` in a transaction of its own.
 async fn commit_native(
     conn: rusqlite::Connection,
     jobs: Vec<NativeJob>,
-    commits: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    work: std::sync::Arc<WriteWork>,
+    purge: bool,
 ) -> Option<rusqlite::Connection> {
     tokio::task::spawn_blocking(move || {
         let began = std::time::Instant::now();
@@ -340,7 +373,7 @@ async fn commit_native(
             finishers.extend(jobs.into_iter().map(|job| job(&conn)));
         }
         // Counted before the COMMIT: a reader may see the rows as soon as it is done.
-        commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        work.commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let committed = begun.and_then(|()| {
             conn.execute_batch("COMMIT").map_err(|e| {
                 let _ = conn.execute_batch("ROLLBACK");
@@ -351,13 +384,42 @@ async fn commit_native(
         if let Err(e) = &committed {
             tracing::error!(cause = ?e, "SQLite group commit failed");
         }
+        work.pages.fetch_add(log_pages_since_last_look(&conn), std::sync::atomic::Ordering::Relaxed);
         for f in finishers {
             f(committed.clone());
+        }
+        if purge {
+            if let Err(e) = conn.execute_batch("DELETE FROM blob_echoes") {
+                tracing::warn!(cause = %e, "could not empty blob_echoes");
+            }
+            log_pages_since_last_look(&conn); // the purge's, not the writes'
         }
         conn
     })
     .await
     .ok()
+}
+
+/// Pages `conn` wrote to the database's log since the last look (SQLite's
+/// `SQLITE_DBSTATUS_CACHE_WRITE`, read and reset).
+fn log_pages_since_last_look(conn: &rusqlite::Connection) -> u64 {
+    let (mut current, mut highest) = (0, 0);
+    // SAFETY: the handle is `conn`'s own, open for the whole call; `sqlite3_db_status` only
+    // writes the two integers it is given.
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_db_status(
+            conn.handle(),
+            rusqlite::ffi::SQLITE_DBSTATUS_CACHE_WRITE,
+            &mut current,
+            &mut highest,
+            1,
+        )
+    };
+    if rc == rusqlite::ffi::SQLITE_OK {
+        u64::try_from(current).unwrap_or(0)
+    } else {
+        0
+    }
 }
 
 /// One transaction of writes through sqlx.

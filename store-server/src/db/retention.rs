@@ -11,7 +11,10 @@
 //!
 //! Every transaction that adds a reference to X first writes X's row: it inserts it, clears
 //! its grace (`live`), or takes it back (`deleting` → `live`) — see `Db::add_ref` and
-//! `Db::add_ref_if_live`. So it and a deleter serialize on the row:
+//! `Db::add_ref_if_live`. (The SQLite writer's native path reads the row instead when it is
+//! `live` and out of grace, and leaves it: its write transaction holds the whole database
+//! from before that read to its commit, which serializes it with a deleter just the same.)
+//! So it and a deleter serialize on the row:
 //! - the upload commits first: the deleter, reading after its lock, sees the reference (or
 //!   the row `live`) and leaves the bytes;
 //! - the deleter commits first: the row is gone when the upload's statements run (PostgreSQL

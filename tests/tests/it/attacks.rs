@@ -157,9 +157,11 @@ async fn timed_put(c: &StoreClient, data: Bytes) -> Duration {
 /// for the better of a classifier and its inverse (0.45 ≤ AUC ≤ 0.55); it is asserted with a
 /// margin of 0.02 for noise (chance alone varies by ±0.013 over 1,000 pairs, and the state of
 /// the machine moves it: runs gave 0.455–0.515 at 2 KiB, the lowest the first run in a fresh
-/// clone, and 0.497–0.514 at 64 KiB). Inline sizes from 256 B to 16 KiB: a re-upload pads
-/// its commit with the pages a new row would write (`db::blobs::pad_pages`), and a size the
-/// padding fits badly shows here (with two pages for every size: 0.59 at 256 B, 0.38 at 16 KiB).
+/// clone, and 0.497–0.514 at 64 KiB). Inline sizes from 256 B to 16 KiB: a re-upload writes
+/// in place of its row a row of the same shape into a table of the same shape
+/// (`db::blobs::echo_row`), so CPU and pages match each on its own; the padding it replaced
+/// traded fewer pages for more CPU, a balance each machine moved (0.574 at 256 B in one CI run,
+/// 0.592 at 16 KiB here the next day; now 0.517–0.536 over three runs, every size).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "latency: run alone (scripts/test runs it in its own step)"]
 async fn attacks_dedup_timing_classifier() {

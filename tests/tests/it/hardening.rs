@@ -218,6 +218,69 @@ async fn refusals_speak_the_contract() {
     srv.stop().await;
 }
 
+/// On SQLite, an upload of content another namespace holds writes as many pages to the
+/// database's log as one of new content, on average, at every size: small content kept in its
+/// row (256 B, 2 KiB, 16 KiB) and content stored as a file (64 KiB). Page counts, unlike time,
+/// do not depend on the machine. (On PostgreSQL there is nothing to count: 0 both ways.)
+#[tokio::test]
+async fn uploads_write_as_many_database_pages_whether_or_not_another_namespace_holds_the_content() {
+    let srv = TestServer::start().await;
+    let (a, b) = (srv.client(), srv.client_for("ns-b", ALL).await);
+    let rounds = 100;
+    for size in [256usize, 2 << 10, 16 << 10, 64 << 10] {
+        let body =
+            |tag: &str, i: usize| Bytes::from(format!("{tag} {i} {}", "p".repeat(size)).into_bytes()[..size].to_vec());
+        for i in 0..rounds {
+            b.put(body("held", i), &ttl(60)).await.unwrap();
+        }
+        a.put(body("warm", size), &ttl(60)).await.unwrap();
+        while srv.state.db.list_tokens().await.unwrap().iter().any(|t| t.last_used_at.is_none()) {
+            tokio::task::yield_now().await;
+        }
+        let (mut fresh, mut held) = (0, 0);
+        for i in 0..rounds {
+            let before = srv.state.db.log_pages();
+            a.put(body("fresh", i), &ttl(60)).await.unwrap();
+            let between = srv.state.db.log_pages();
+            assert!(!a.put(body("held", i), &ttl(60)).await.unwrap().deduplicated, "new to this namespace");
+            fresh += between - before;
+            held += srv.state.db.log_pages() - between;
+        }
+        let per = |n: u64| n as f64 / rounds as f64;
+        eprintln!("{size} B: {:.2} pages per fresh upload, {:.2} per held", per(fresh), per(held));
+        assert!(
+            (per(fresh) - per(held)).abs() <= 0.75,
+            "{size} B: {:.2} pages per fresh upload, {:.2} per upload of content held already",
+            per(fresh),
+            per(held)
+        );
+    }
+    srv.stop().await;
+}
+
+/// The echoes re-uploads write on SQLite (`db::blobs::echo_row`) do not pile up: the writer
+/// empties their table every 10 s, on the first commit past that.
+#[tokio::test]
+async fn the_echoes_of_re_uploads_are_emptied_by_the_writer() {
+    let srv = TestServer::start().await;
+    if srv.state.db.backend() != spillway_server::db::Backend::Sqlite {
+        return srv.stop().await; // written on SQLite only
+    }
+    let (a, b) = (srv.client(), srv.client_for("ns-b", ALL).await);
+    let body = Bytes::from_static(b"content both namespaces upload\n");
+    b.put(body.clone(), &ttl(60)).await.unwrap();
+    a.put(body, &ttl(60)).await.unwrap();
+    assert_eq!(srv.state.db.echo_rows().await.unwrap(), 1, "the re-upload's echo");
+    tokio::time::sleep(Duration::from_millis(10_200)).await;
+    a.put(Bytes::from_static(b"something new\n"), &ttl(60)).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while srv.state.db.echo_rows().await.unwrap() != 0 {
+        assert!(std::time::Instant::now() < deadline, "blob_echoes not emptied 10 s on");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    srv.stop().await;
+}
+
 /// What an upload costs — database commits, file and directory syncs, requests to S3 — is the
 /// same whether or not another namespace already stores its content: nothing to time. (The
 /// timing itself is measured in `attacks.rs`.)
