@@ -2,8 +2,8 @@
 # Two builds of spillway-server side by side, interleaved in one run, with each server's CPU per
 # request. `read` (the default): capped 100 KB reads at random offsets (16 connections) and line
 # pages at line 1 and 999,000. `put`: uploads of 1 MiB (sequential) and 16 MiB (8 connections).
-# `get`: full downloads of a 50 MB log.
-# Usage: bench/run-ab.sh BASE_BINARY [read|put|get]   (BASE: e.g. a release build of an earlier commit)
+# `get`: full downloads of a 50 MB log. `small`: uploads of 4 KiB (16 connections), each new.
+# Usage: bench/run-ab.sh BASE_BINARY [read|put|get|small]   (BASE: e.g. a release build of an earlier commit)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/common.sh
@@ -35,6 +35,16 @@ if [ "$mode" = put ]; then
       run $name "$port" --label "$name PUT 1 MiB sequential r$round" put --size 1048576 --count 300
       sync
       run $name "$port" --concurrency 8 --label "$name PUT 16 MiB 8 concurrent r$round" put --size 16777216 --count 48
+    done
+  done
+  exit 0
+fi
+if [ "$mode" = small ]; then
+  for round in $(seq 1 "${ROUNDS:-3}"); do
+    for name in base head; do
+      port=$([ $name = base ] && echo 17801 || echo 17802)
+      sync
+      run $name "$port" --concurrency 16 --label "$name PUT 4 KiB 16 concurrent r$round" put --size 4096 --count 20000
     done
   done
   exit 0
