@@ -58,9 +58,10 @@ struct ServeOpts {
     #[arg(long, env = "SPILLWAY_LISTEN", default_value = "127.0.0.1:7745")]
     listen: SocketAddr,
     /// Address of the operator's metrics listener (`GET /metrics`), apart from the API so
-    /// that tenants never reach it; `none` for no metrics listener.
-    #[arg(long, env = "SPILLWAY_METRICS_LISTEN", default_value = "127.0.0.1:7746")]
-    metrics_listen: String,
+    /// that tenants never reach it; `none` for no metrics listener. [default: 127.0.0.1:7746,
+    /// or a free port beside it when another process holds that one]
+    #[arg(long, env = "SPILLWAY_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
     #[command(flatten)]
     retention: RetentionOpts,
     /// Largest blob an upload may carry, in bytes.
@@ -233,6 +234,29 @@ enum LogFormat {
     Json,
 }
 
+/// The metrics listener when none was asked for: [`DEFAULT_METRICS_LISTEN`], or a free port on
+/// loopback when another process holds that one (a second server on one machine, started with
+/// only `--listen`, still serves; the address it took is in the start-up log). An address given
+/// with `--metrics-listen` is never swapped: failing to bind it stops the start.
+async fn default_metrics_listener() -> anyhow::Result<tokio::net::TcpListener> {
+    match tokio::net::TcpListener::bind(DEFAULT_METRICS_LISTEN).await {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            tracing::warn!(
+                taken = DEFAULT_METRICS_LISTEN,
+                "the default metrics address is in use: metrics listen on a free port instead (--metrics-listen to choose)"
+            );
+            let free = tokio::net::TcpListener::bind("127.0.0.1:0").await;
+            free.context("cannot listen for metrics on a free port (--metrics-listen; `none` to go without)")
+        }
+        other => other.with_context(|| {
+            format!("cannot listen for metrics on {DEFAULT_METRICS_LISTEN} (--metrics-listen; `none` to go without)")
+        }),
+    }
+}
+
+/// Where the operator's metrics listen unless `--metrics-listen` says otherwise.
+const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:7746";
+
 /// Log lines go to stderr through a thread of their own (`tracing-appender`), gathered into
 /// one write for as many as arrive while the last is written: a write per line cost a request
 /// more CPU than its page's own work (docs/benchmarks.md). None is dropped (`lossy(false)`:
@@ -270,9 +294,9 @@ async fn main() -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(cli.serve.listen)
                 .await
                 .with_context(|| format!("cannot listen on {}", cli.serve.listen))?;
-            let metrics = match cli.serve.metrics_listen.as_str() {
-                "none" | "off" => None,
-                addr => {
+            let metrics = match cli.serve.metrics_listen.as_deref() {
+                Some("none" | "off") => None,
+                Some(addr) => {
                     let addr: SocketAddr =
                         addr.parse().with_context(|| format!("--metrics-listen {addr:?} is not an address"))?;
                     let m = tokio::net::TcpListener::bind(addr).await.with_context(|| {
@@ -280,6 +304,7 @@ async fn main() -> anyhow::Result<()> {
                     })?;
                     Some(m)
                 }
+                None => Some(default_metrics_listener().await?),
             };
             tracing::info!(addr = %listener.local_addr()?, "spillway-server listening");
             if let Some(m) = &metrics {

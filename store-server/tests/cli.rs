@@ -38,20 +38,25 @@ impl Drop for Server {
 
 /// Starts the binary in `cwd` with `args` and nothing from the environment's SPILLWAY_*.
 fn start(cwd: &std::path::Path, args: &[&str]) -> Server {
-    let mut child = Command::new(BIN)
-        .args(args)
+    // Tests run side by side: each server's metrics listener on a port of its own.
+    start_with_metrics(cwd, args, Some("127.0.0.1:0"))
+}
+
+/// [`start`], with `SPILLWAY_METRICS_LISTEN` set to `metrics`, or unset.
+fn start_with_metrics(cwd: &std::path::Path, args: &[&str], metrics: Option<&str>) -> Server {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
         .current_dir(cwd)
         .env_remove("SPILLWAY_DATA_DIR")
         .env_remove("SPILLWAY_DATABASE_URL")
         .env_remove("SPILLWAY_BLOB_STORE")
         .env_remove("SPILLWAY_LISTEN")
-        .env_remove("RUST_LOG")
-        // Tests run side by side: each server's metrics listener on a port of its own.
-        .env("SPILLWAY_METRICS_LISTEN", "127.0.0.1:0")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+        .env_remove("SPILLWAY_METRICS_LISTEN")
+        .env_remove("RUST_LOG");
+    if let Some(m) = metrics {
+        cmd.env("SPILLWAY_METRICS_LISTEN", m);
+    }
+    let mut child = cmd.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let (mut log, mut addr) = (Vec::new(), None);
     // A generous bound that only guards a hang: start-up takes well under a second here.
@@ -465,4 +470,38 @@ fn sigterm_frees_both_ports_while_requests_drain() {
     );
     let (code, body) = poll.join().unwrap();
     assert_eq!(code, 200, "the request in flight finished: {body}");
+}
+
+#[test]
+fn a_taken_default_metrics_port_moves_the_metrics_not_the_start() {
+    // Another process holds the default metrics address (if something else on this machine
+    // holds it already, that is the same case).
+    let _held = std::net::TcpListener::bind("127.0.0.1:7746");
+    assert!(std::net::TcpListener::bind("127.0.0.1:7746").is_err(), "7746 is taken for the test");
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_with_metrics(dir.path(), &["--listen", "127.0.0.1:0"], None);
+    assert!(
+        server.log.iter().any(|l| l.contains("WARN") && l.contains("127.0.0.1:7746")),
+        "a warning names the taken address: {:?}",
+        server.log
+    );
+    assert_ne!(server.metrics, "127.0.0.1:7746");
+    let healthz = ask(&server.addr, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
+    let metrics = ask(&server.metrics, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "the metrics answer on the port logged: {metrics}");
+    assert!(dir.path().join("spillway-data/token").exists());
+
+    // An address asked for is never swapped: the start fails and says why.
+    let other = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:7746", "--data-dir"])
+        .arg(other.path())
+        .env_remove("SPILLWAY_DATABASE_URL")
+        .env_remove("SPILLWAY_BLOB_STORE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot listen for metrics on 127.0.0.1:7746"), "{err}");
 }
