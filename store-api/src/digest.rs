@@ -59,9 +59,19 @@ impl Digest {
     }
 }
 
+/// Writes `prefix` and the 64 lowercase hex digits of `hash` in one piece (no allocation: a
+/// digest is written into every answer and log line that names a blob).
+fn write_prefixed(f: &mut fmt::Formatter<'_>, prefix: &str, hash: &[u8; 32]) -> fmt::Result {
+    let mut digits = [0u8; 64];
+    hex::encode_to_slice(hash, &mut digits).map_err(|_| fmt::Error)?;
+    f.write_str(prefix)?;
+    // Hex digits are ASCII.
+    f.write_str(std::str::from_utf8(&digits).map_err(|_| fmt::Error)?)
+}
+
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "blake3:{}", hex::encode(self.0))
+        write_prefixed(f, "blake3:", &self.0)
     }
 }
 
@@ -105,7 +115,7 @@ impl Sha256Digest {
 
 impl fmt::Display for Sha256Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "sha256:{}", hex::encode(self.0))
+        write_prefixed(f, "sha256:", &self.0)
     }
 }
 

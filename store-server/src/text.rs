@@ -213,8 +213,21 @@ impl TextBlock {
     /// For raw offset `rel` of the block (up to its length): its offset in `esc` and the
     /// `\n` bytes before it in the block.
     fn locate(&self, rel: usize) -> (usize, u64) {
-        let (at, newlines) = self.marks[rel / MARK];
-        let (mut at, mut newlines, mut left) = (at as usize, u64::from(newlines), rel % MARK);
+        self.locate_from(rel, None)
+    }
+
+    /// [`TextBlock::locate`], starting from `known` — an earlier answer `(rel, at, newlines)`
+    /// for a raw offset at or before `rel` — when that is nearer than `rel`'s mark.
+    fn locate_from(&self, rel: usize, known: Option<(usize, usize, u64)>) -> (usize, u64) {
+        let mark = rel / MARK;
+        let (from, at, newlines) = match known {
+            Some((from, at, newlines)) if from <= rel && from >= mark * MARK => (from, at, newlines),
+            _ => {
+                let (at, newlines) = self.marks[mark];
+                (mark * MARK, at as usize, u64::from(newlines))
+            }
+        };
+        let (mut at, mut newlines, mut left) = (at, newlines, rel - from);
         // Every byte of `esc` before the next backslash is one raw byte: jump from escape to escape.
         while left > 0 {
             let ahead = &self.esc[at..(at + left).min(self.esc.len())];
@@ -251,11 +264,6 @@ impl TextBlock {
             }
             (at, rel) = (at + len.max(1), rel + 1);
         }
-    }
-
-    /// The raw byte at offset `rel` of the block.
-    fn byte(&self, rel: usize) -> u8 {
-        unescape(&self.esc[self.locate(rel).0..]).0
     }
 
     fn weight(&self) -> u64 {
@@ -334,6 +342,10 @@ struct Span {
     first: u64,
     block: u64,
     blocks: Vec<Arc<TextBlock>>,
+    /// The last position found in the blocks, `(block number, rel, at, newlines)`: cutting a
+    /// page asks about the same few places (its start, the bytes before its end) several
+    /// times over, and each asks from there, not from its mark.
+    found: std::cell::Cell<Option<(u64, usize, usize, u64)>>,
 }
 
 impl Span {
@@ -345,7 +357,17 @@ impl Span {
 
     fn byte(&self, pos: u64) -> u8 {
         let (b, rel) = self.at(pos, false);
-        b.byte(rel)
+        unescape(&b.esc[self.find(pos, false, b, rel).0..]).0
+    }
+
+    /// [`TextBlock::locate`] of `rel` in `b`, the block holding `pos` (`before`: the byte
+    /// before it), from the last position found when that is nearer.
+    fn find(&self, pos: u64, before: bool, b: &TextBlock, rel: usize) -> (usize, u64) {
+        let k = if before { (pos - 1) / self.block } else { pos / self.block };
+        let known = self.found.get().filter(|f| f.0 == k).map(|(_, rel, at, newlines)| (rel, at, newlines));
+        let (at, newlines) = b.locate_from(rel, known);
+        self.found.set(Some((k, rel, at, newlines)));
+        (at, newlines)
     }
 
     /// Where `pos` falls (inside the span, or at the blob's end): [`Span::locate`] both ways
@@ -356,7 +378,7 @@ impl Span {
             return Edge { newlines, end_at: at, start_at: at, boundary: true };
         }
         let (b, rel) = self.at(pos, false);
-        let (start_at, newlines) = b.locate(rel);
+        let (start_at, newlines) = self.find(pos, false, b, rel);
         let boundary = !is_continuation(unescape(&b.esc[start_at..]).0);
         let end_at = match rel == 0 && pos > self.first * self.block {
             true => self.locate(pos, true).1,
@@ -410,7 +432,7 @@ impl Span {
     /// `\n` bytes in the blob before `pos`, and where `pos` is in its block's `esc`.
     fn locate(&self, pos: u64, before: bool) -> (u64, usize) {
         let (b, rel) = self.at(pos, before);
-        let (at, newlines) = b.locate(rel);
+        let (at, newlines) = self.find(pos, before, b, rel);
         (b.first_line + newlines, at)
     }
 }
@@ -668,7 +690,13 @@ impl TextCache {
         let first = start / self.block;
         let blocks = (first..=(end - 1) / self.block).map(|k| self.get_block(blob, k, fetch));
         let blocks = futures::future::try_join_all(blocks).await?;
-        Ok(blocks.iter().all(|b| b.text).then_some(Span { size: blob.size, first, block: self.block, blocks }))
+        Ok(blocks.iter().all(|b| b.text).then_some(Span {
+            size: blob.size,
+            first,
+            block: self.block,
+            blocks,
+            found: std::cell::Cell::new(None),
+        }))
     }
 
     /// `fetch(range)`, and the blob's newlines before `range.start` (counted from the

@@ -227,7 +227,12 @@ pub(super) async fn get_blob(
         None => {
             let stream = crate::store::blob_stream(&state, &row, span.clone()).await?;
             let stream = giving_way(state.heavy.clone(), len, stream);
-            Body::from_stream(stream.map_err(|e| std::io::Error::other(e.to_string())))
+            // The status went out already: a failure now cuts the connection short, and the
+            // log says why.
+            Body::from_stream(stream.map_err(|e| {
+                tracing::error!(error = %e, "download failed after its first bytes; connection cut");
+                std::io::Error::other(e.to_string())
+            }))
         }
     };
     let mut resp = (status, base_headers(&row), body).into_response();

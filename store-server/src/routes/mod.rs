@@ -21,7 +21,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use spillway_api::ErrorCode;
-use tower_http::trace::TraceLayer;
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -64,7 +63,6 @@ pub fn router(state: AppState) -> Router {
             edge,
         ))
         .layer(middleware::from_fn_with_state(state.heavy.clone(), track))
-        .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
 
@@ -198,8 +196,8 @@ async fn track(State(heavy): State<Arc<crate::heavy::Heavy>>, mut req: Request, 
     heavy.request_began();
     // Labels from closed sets: the route templates, the methods HTTP defines, then `other`,
     // so that nothing a client sends can add series (an unknown method would, forever).
-    let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = method_label(req.method());
+    let matched = req.extensions().get::<MatchedPath>().cloned(); // shares the template
+    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let req_method = req.method().clone();
     let namespace = crate::auth::NamespaceSlot::default();
     req.extensions_mut().insert(namespace.clone());
@@ -218,11 +216,49 @@ async fn track(State(heavy): State<Arc<crate::heavy::Heavy>>, mut req: Request, 
         namespace = namespace.get().unwrap_or("-"),
         "request"
     );
-    metrics::counter!("spillway_http_requests_total", "method" => method, "route" => route.clone(), "status" => status_label(status))
-        .increment(1);
-    metrics::histogram!("spillway_http_request_duration_seconds", "method" => method, "route" => route)
-        .record(elapsed.as_secs_f64());
+    RequestSeries::record(route, method_label(&req_method), status_label(status), elapsed.as_secs_f64());
     resp
+}
+
+/// The handles of the request metrics, by route, then method (and status): each labelled
+/// series is looked up in the registry once, not on every request (that lookup, which builds
+/// and hashes the labels, cost more than the count). The keys come from closed sets (see
+/// `track`), so the map stays small. Made after the recorder is installed (the server installs
+/// it before it serves), which is the one the handles then count into.
+#[derive(Default)]
+struct RequestSeries {
+    counts: Vec<(&'static str, &'static str, metrics::Counter)>,
+    durations: Vec<(&'static str, metrics::Histogram)>,
+}
+
+static REQUEST_SERIES: std::sync::LazyLock<std::sync::RwLock<std::collections::HashMap<String, RequestSeries>>> =
+    std::sync::LazyLock::new(Default::default);
+
+impl RequestSeries {
+    fn record(route: &str, method: &'static str, status: &'static str, seconds: f64) {
+        let count = |all: &std::collections::HashMap<String, RequestSeries>| {
+            let series = all.get(route)?;
+            let count = series.counts.iter().find(|(m, s, _)| *m == method && *s == status)?;
+            let duration = series.durations.iter().find(|(m, _)| *m == method)?;
+            count.2.increment(1);
+            duration.1.record(seconds);
+            Some(())
+        };
+        if count(&REQUEST_SERIES.read().unwrap_or_else(std::sync::PoisonError::into_inner)).is_some() {
+            return;
+        }
+        let mut all = REQUEST_SERIES.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let series = all.entry(route.to_owned()).or_default();
+        if !series.counts.iter().any(|(m, s, _)| *m == method && *s == status) {
+            let c = metrics::counter!("spillway_http_requests_total", "method" => method, "route" => route.to_owned(), "status" => status);
+            series.counts.push((method, status, c));
+        }
+        if !series.durations.iter().any(|(m, _)| *m == method) {
+            let h = metrics::histogram!("spillway_http_request_duration_seconds", "method" => method, "route" => route.to_owned());
+            series.durations.push((method, h));
+        }
+        count(&all);
+    }
 }
 
 /// The metric label of a request method: one of HTTP's own, or `other`.

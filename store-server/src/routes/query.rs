@@ -143,10 +143,15 @@ where
     Ok(page)
 }
 
-/// Counts a page served in the metrics.
+/// Counts a page served in the metrics (handles made once, after the server installed its
+/// recorder: looking them up costs more than counting).
 pub(crate) fn count_page(page: &ReadPage) {
+    static CAPPED: std::sync::LazyLock<metrics::Counter> =
+        std::sync::LazyLock::new(|| metrics::counter!("spillway_read_capped_total"));
+    static BYTES_OUT: std::sync::LazyLock<metrics::Counter> =
+        std::sync::LazyLock::new(|| metrics::counter!("spillway_bytes_out_total"));
     if page.capped {
-        metrics::counter!("spillway_read_capped_total").increment(1);
+        CAPPED.increment(1);
     }
-    metrics::counter!("spillway_bytes_out_total").increment(page.length);
+    BYTES_OUT.increment(page.length);
 }

@@ -45,7 +45,9 @@ pub(super) async fn read_blob(
     }
     if let Some(page) = escaped_page(&state, &row, q.page()).await? {
         count_page(&page.page);
-        metrics::counter!("spillway_read_escaped_pages_total").increment(1);
+        static ESCAPED: std::sync::LazyLock<metrics::Counter> =
+            std::sync::LazyLock::new(|| metrics::counter!("spillway_read_escaped_pages_total"));
+        ESCAPED.increment(1);
         state.escaped_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return Ok(EscapedJson(page).into_response());
     }
