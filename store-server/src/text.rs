@@ -1037,6 +1037,25 @@ mod tests {
         assert!(marks_of(esc, raw.len() + 1).is_none(), "text of another length");
     }
 
+    #[test]
+    fn a_position_found_from_an_earlier_one_is_the_one_found_from_its_mark() {
+        let raw: String =
+            (0..3000u32).map(|i| ['a', '\n', '"', '\u{1}', '\\', 'b'][(i * 7 % 11 % 6) as usize]).collect();
+        let block = TextBlock::build(raw.as_bytes(), 0);
+        assert!(block.text);
+        for from in (0..=raw.len()).step_by(37) {
+            let (at, newlines) = block.locate(from);
+            for rel in from..(from + 2 * MARK).min(raw.len() + 1) {
+                let want = block.locate(rel);
+                assert_eq!(block.locate_from(rel, Some((from, at, newlines))), want, "{rel} from {from}");
+            }
+            // An earlier answer for a position after the one asked is not used.
+            if from > 0 {
+                assert_eq!(block.locate_from(from - 1, Some((from, at, newlines))), block.locate(from - 1));
+            }
+        }
+    }
+
     /// A log with secrets of every kind (PEM blocks included) and some text to escape, dense
     /// enough that marks longer than their secrets make many pages pass the cap.
     fn log_with_secrets() -> Vec<u8> {
