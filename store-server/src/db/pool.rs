@@ -115,12 +115,12 @@ impl Db {
                 let has_native = native.is_some();
                 let work = std::sync::Arc::<WriteWork>::default();
                 let purged = std::time::Instant::now();
-                tokio::spawn(group_commit(
-                    writer,
-                    native.map(|path| NativeWriter { path, conn: first, purged }),
-                    rx,
-                    std::sync::Arc::clone(&work),
-                ));
+                let (runtime, work_) = (tokio::runtime::Handle::current(), std::sync::Arc::clone(&work));
+                let native_writer = native.map(|path| NativeWriter { path, conn: first, purged });
+                std::thread::Builder::new()
+                    .name("spillway-db-writer".into())
+                    .spawn(move || group_commit(&runtime, writer, native_writer, rx, work_))
+                    .context("cannot start the database writer")?;
                 Ok(Self { pool, backend, group: Some(tx), native: has_native, work })
             }
             Backend::Postgres => {
@@ -315,13 +315,18 @@ struct NativeWriter {
 /// The SQLite writer: takes every write that is waiting and runs them in transactions — the
 /// native ones in one on the rusqlite connection, then the others in one through sqlx — each
 /// commit one fsync, then answers them all.
-async fn group_commit(
+/// The SQLite writer: a thread of its own, so that one commit follows another as soon as
+/// writes wait, whatever the runtime's workers are busy with (sending downloads, cutting
+/// pages). As a task, each commit went to a blocking thread and back, and the next began
+/// only once a worker got to the task again. Runs until every handle is dropped.
+fn group_commit(
+    runtime: &tokio::runtime::Handle,
     mut conn: AnyConnection,
     mut native: Option<NativeWriter>,
     mut rx: mpsc::Receiver<Job>,
     work: std::sync::Arc<WriteWork>,
 ) {
-    while let Some(first) = rx.recv().await {
+    while let Some(first) = rx.blocking_recv() {
         let mut jobs = vec![first];
         while jobs.len() < GROUP_MAX {
             match rx.try_recv() {
@@ -346,25 +351,26 @@ async fn group_commit(
                 if purge {
                     w.purged = std::time::Instant::now();
                 }
-                w.conn = commit_native(c, natives, work.clone(), purge).await;
+                w.conn = commit_native(c, natives, &work, purge);
             }
         }
         if !others.is_empty() {
-            commit_sqlx(&mut conn, others, &work.commits).await;
+            runtime.block_on(commit_sqlx(&mut conn, others, &work.commits));
         }
     }
 }
 
-/// One transaction of native writes, on a blocking thread (rusqlite blocks); gives the
-/// connection back, unless that thread panicked. With `purge`, once the writes are answered,
-/// empties `blob_echoes` in a transaction of its own.
-async fn commit_native(
+/// One transaction of native writes; gives the connection back, unless a write panicked
+/// (the next commit opens it again; the panicking write's caller hears `Unavailable`, as
+/// the others of its group do when their finishers are dropped). With `purge`, once the
+/// writes are answered, empties `blob_echoes` in a transaction of its own.
+fn commit_native(
     conn: rusqlite::Connection,
     jobs: Vec<NativeJob>,
-    work: std::sync::Arc<WriteWork>,
+    work: &WriteWork,
     purge: bool,
 ) -> Option<rusqlite::Connection> {
-    tokio::task::spawn_blocking(move || {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
         let began = std::time::Instant::now();
         let writes = jobs.len();
         let mut finishers = Vec::with_capacity(jobs.len());
@@ -395,8 +401,7 @@ async fn commit_native(
             log_pages_since_last_look(&conn); // the purge's, not the writes'
         }
         conn
-    })
-    .await
+    }))
     .ok()
 }
 
