@@ -12,16 +12,10 @@ cd "$(dirname "$0")/.."
 bin=${1:-target/release/spillway-server}
 [ -x "$bin" ] || cargo build --release -q -p spillway-server
 secs=${SECS:-8}
-peers=$(cd "${YARDSTICK:-../shared/bench}/peers" && pwd)
-work=/tmp/spillway-prof-yardstick; rm -rf $work; mkdir -p $work
-cargo build --release --offline -q --manifest-path "$peers/loadgen/Cargo.toml" --target-dir $work/loadgen
-bloadgen=$work/loadgen/release/bloadgen
-python3 - "$peers" $work/obj <<'PY'
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("bench", sys.argv[1] + "/bench.py")
-bench = importlib.util.module_from_spec(spec); sys.argv = sys.argv[:3]; spec.loader.exec_module(bench)
-open(sys.argv[2], "wb").write(bench.text_object("profile-obj", 50 << 20))
-PY
+# shellcheck source=bench/yardstick.sh
+. bench/yardstick.sh
+work=/tmp/spillway-prof-yardstick
+yardstick_read_setup $work profile-obj
 "$bin" --listen 127.0.0.1:17831 --data-dir $work/d > $work/log 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT

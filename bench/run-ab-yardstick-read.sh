@@ -14,16 +14,10 @@ head=${2:-target/release/spillway-server}
 [ -x "$head" ] || cargo build --release -q -p spillway-server
 rounds=${ROUNDS:-6}
 secs=${SECS:-6}
-peers=$(cd "${YARDSTICK:-../shared/bench}/peers" && pwd)
-work=/tmp/spillway-ab-yardstick; rm -rf $work; mkdir -p $work
-cargo build --release --offline -q --manifest-path "$peers/loadgen/Cargo.toml" --target-dir $work/loadgen
-bloadgen=$work/loadgen/release/bloadgen
-python3 - "$peers" $work/obj <<'PY'
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("bench", sys.argv[1] + "/bench.py")
-bench = importlib.util.module_from_spec(spec); sys.argv = sys.argv[:3]; spec.loader.exec_module(bench)
-open(sys.argv[2], "wb").write(bench.text_object("ab-obj", 50 << 20))
-PY
+# shellcheck source=bench/yardstick.sh
+. bench/yardstick.sh
+work=/tmp/spillway-ab-yardstick
+yardstick_read_setup $work ab-obj
 "$base" --listen 127.0.0.1:17841 --data-dir $work/base --metrics-listen none > $work/base.log 2>&1 &
 pa=$!
 "$head" --listen 127.0.0.1:17842 --data-dir $work/head --metrics-listen none > $work/head.log 2>&1 &
