@@ -314,11 +314,11 @@ struct NativeWriter {
 
 /// The SQLite writer: takes every write that is waiting and runs them in transactions — the
 /// native ones in one on the rusqlite connection, then the others in one through sqlx — each
-/// commit one fsync, then answers them all.
-/// The SQLite writer: a thread of its own, so that one commit follows another as soon as
-/// writes wait, whatever the runtime's workers are busy with (sending downloads, cutting
-/// pages). As a task, each commit went to a blocking thread and back, and the next began
-/// only once a worker got to the task again. Runs until every handle is dropped.
+/// commit one fsync, then answers them all. A thread of its own, so that one commit follows
+/// another as soon as writes wait, whatever the runtime's workers are busy with (sending
+/// downloads, cutting pages): as a task, each commit went to a blocking thread and back, and
+/// the next began only once a worker got to the task again. Runs until every handle is
+/// dropped.
 fn group_commit(
     runtime: &tokio::runtime::Handle,
     mut conn: AnyConnection,
