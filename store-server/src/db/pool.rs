@@ -296,10 +296,19 @@ async fn schema_lock(db: &std::path::Path) -> anyhow::Result<std::fs::File> {
     lock.await?.context("cannot lock the database's schema")
 }
 
+/// The writer's own: it reads the database's pages through a map of the file (up to 1 GiB of
+/// it) instead of copying each one it does not hold in its cache with a `pread` — every upload
+/// looks up a few pages of indexes keyed by random digests. SQLite still writes through `write`
+/// and the log, so what a commit makes durable, and when, is unchanged. 4 KiB uploads on 16
+/// connections (`bench/run-ab.sh BASE small`): +9-10% uploads/s, the writer's time in the
+/// kernel's copies of pages 9.5% -> 4.3% of it.
+const NATIVE_PRAGMAS: &str = "PRAGMA mmap_size=1073741824;";
+
 /// The SQLite writer's own rusqlite connection to the database file.
 fn open_native(path: &std::path::Path) -> rusqlite::Result<rusqlite::Connection> {
     let conn = rusqlite::Connection::open(path)?;
     conn.execute_batch(SQLITE_PRAGMAS)?;
+    conn.execute_batch(NATIVE_PRAGMAS)?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
 }
