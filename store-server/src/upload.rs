@@ -110,15 +110,20 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
     check(expected, staged)?;
     check_quota(state, &spec.namespace, staged).await?;
     // What the database says of this content now, to try the likely statement first.
-    // Inline blobs, nearly always new, skip the look.
-    let hint = if staged.inline().is_some() { None } else { state.db.blob_state(&staged.digest).await? };
+    // Inline blobs, nearly always new, skip the look, and so does a write the SQLite writer
+    // makes on its own connection (it reads the row in its transaction and has no use for it).
+    let inside = staged.is_direct();
+    let hint = if staged.inline().is_some() || (!inside && state.db.writes_natively()) {
+        None
+    } else {
+        state.db.blob_state(&staged.digest).await?
+    };
     // Bytes first, then the row that points to them (a crash in between leaves bytes without a
     // row, which retention sweeps; never a row without bytes). Stored content is published
     // again all the same (a link that exists, the directory's fsync): the same work either
     // way, so an upload's timing never tells whether another namespace holds its content.
     // Bytes written straight to their key are completed inside the row's transaction
     // (`Db::add_ref`), and only if the row needs them.
-    let inside = staged.is_direct();
     if !inside {
         state.blobs.publish(staged).await?;
     }

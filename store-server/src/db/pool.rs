@@ -224,6 +224,12 @@ impl Db {
         answer.await.map_err(|_| closed())?
     }
 
+    /// Whether writes with nothing to complete inside them go through the SQLite writer's own
+    /// connection ([`Db::write_native`]), which finds the content's row itself.
+    pub(crate) fn writes_natively(&self) -> bool {
+        self.group.is_some() && self.native
+    }
+
     /// Runs `op` on the SQLite writer's own rusqlite connection, in its group commit, and
     /// answers once it is durable; `None` when there is no such writer (PostgreSQL, an
     /// in-memory database), for the caller to go through [`Db::write`]. Like
