@@ -109,11 +109,13 @@ fn check(expected: Option<AnyDigest>, staged: &Staged) -> ApiResult<()> {
 async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, staged: &Staged) -> ApiResult<Stored> {
     check(expected, staged)?;
     check_quota(state, &spec.namespace, staged).await?;
-    // What the database says of this content now, to try the likely statement first.
-    // Inline blobs, nearly always new, skip the look, and so does a write the SQLite writer
-    // makes on its own connection (it reads the row in its transaction and has no use for it).
     let inside = staged.is_direct();
-    let hint = if staged.inline().is_some() || (!inside && state.db.writes_natively()) {
+    let publish = if inside { state.blobs.publisher(staged) } else { None };
+    // What the database says of this content now, to try the likely statement first.
+    // Inline blobs, nearly always new, skip the look, and so does a write with nothing to
+    // complete inside it on SQLite: `Db::add_ref` makes it on the writer's own connection,
+    // which reads the row in its transaction and has no use for the look.
+    let hint = if staged.inline().is_some() || (publish.is_none() && state.db.writes_natively()) {
         None
     } else {
         state.db.blob_state(&staged.digest).await?
@@ -127,7 +129,6 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
     if !inside {
         state.blobs.publish(staged).await?;
     }
-    let publish = if inside { state.blobs.publisher(staged) } else { None };
     // The reference lives `ttl` from the moment it is written, not from when the body began.
     let now = state.now();
     let expires_at = spec.ttl_ms.map(|t| now.saturating_add(t));
