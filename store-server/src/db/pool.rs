@@ -244,7 +244,7 @@ impl Db {
         T: Send + 'static,
         F: FnOnce(&rusqlite::Connection) -> DbResult<T> + Send + 'static,
     {
-        let group = self.group.as_ref().filter(|_| self.native)?;
+        let group = self.group.as_ref().filter(|_| self.writes_natively())?;
         let (reply, answer) = oneshot::channel::<DbResult<T>>();
         let job: NativeJob = Box::new(move |conn| {
             let result = op(conn);
