@@ -43,13 +43,23 @@ async fn probe(srv: &TestServer, digest: Digest, rounds: usize) -> (Vec<Duration
         let t = Instant::now();
         match http.get(format!("{}/healthz", srv.url)).send().await {
             Ok(r) if r.status().is_success() => health.push(t.elapsed()),
-            _ => failed += 1,
+            Ok(r) => {
+                eprintln!("probe: /healthz answered {} after {:?}", r.status(), t.elapsed());
+                failed += 1;
+            }
+            Err(e) => {
+                eprintln!("probe: /healthz failed after {:?}: {e:?}", t.elapsed());
+                failed += 1;
+            }
         }
         let t = Instant::now();
         let ask = ReadRequest::Bytes { offset: (i as u64 * 7919) % 1_000_000, limit: None };
         match c.read(digest, ask).await {
             Ok(_) => reads.push(t.elapsed()),
-            Err(_) => failed += 1,
+            Err(e) => {
+                eprintln!("probe: capped read failed after {:?}: {e:?}", t.elapsed());
+                failed += 1;
+            }
         }
     }
     (health, reads, failed)

@@ -197,7 +197,8 @@ async fn past_the_limit_idle_connections_give_way() {
         // which is served when the first of them ends.
         // Each poll is sent once the one before it waits: the sockets just closed may still hold
         // slots, and a new connection at the limit makes an idle one give way — which, were two
-        // polls sent at once, could be the first poll, accepted but not yet read.
+        // polls sent at once, could be the first poll in the instant between the read of its
+        // head and its dispatch (unread, it would be left alone).
         let polls: Vec<_> = (1..=4)
             .map(|n| {
                 let mut s = std::net::TcpStream::connect(&addr).unwrap();
@@ -233,6 +234,37 @@ async fn past_the_limit_idle_connections_give_way() {
     .unwrap();
     let m = reqwest::get(format!("{}/metrics", srv.metrics_url)).await.unwrap().text().await.unwrap();
     assert!(m.contains("spillway_http_connections_evicted_total"), "evictions are counted");
+    srv.stop().await;
+}
+
+/// A connection whose request arrived before its task first ran is not the one to give way:
+/// closing it would reset it and lose the request. On one thread the server accepts every
+/// connection the kernel holds before it runs any of their tasks, so with one slot the second
+/// connection finds the first accepted, idle, never served — and its request unread.
+#[tokio::test(flavor = "current_thread")]
+async fn a_request_not_read_yet_is_never_evicted() {
+    let srv = TestServer::start_with(|c| c.max_connections = 1).await;
+    let addr = addr_of(&srv);
+    // Blocking calls on the runtime's only thread, on purpose: both handshakes and the first
+    // request land in the kernel while the server cannot run.
+    let mut first = std::net::TcpStream::connect(&addr).unwrap();
+    first.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut second = std::net::TcpStream::connect(&addr).unwrap();
+    let (first, second) = tokio::task::spawn_blocking(move || {
+        // Reset, the first connection lost its request: say so rather than fail the read.
+        first.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut answer = Vec::new();
+        let answer = match first.read_to_end(&mut answer) {
+            Ok(_) => String::from_utf8_lossy(&answer).into_owned(),
+            Err(e) => format!("{e}"),
+        };
+        second.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        (answer, read_to_close(&mut second))
+    })
+    .await
+    .unwrap();
+    assert!(first.starts_with("HTTP/1.1 200"), "the first request was lost: {first:?}");
+    assert!(second.starts_with("HTTP/1.1 200"), "the second connection was served after it: {second:?}");
     srv.stop().await;
 }
 
