@@ -45,6 +45,11 @@ struct Conn {
     /// written before the service is called can only be hyper's own refusal of a request it
     /// could not parse (see [`JsonRefusals`]).
     awaiting_head: AtomicBool,
+    /// Nothing read from this connection waits to be handled: no read yet, or the last one
+    /// found nothing. False from the start of each read until one comes back empty, so a
+    /// request read but not yet handed to the service (the same poll, a few microseconds) is
+    /// not taken for rest.
+    resting: AtomicBool,
     /// The connection's socket, to look for unread bytes before evicting it. Open for as long
     /// as the connection is in the [`Registry`]: its task leaves the registry before it drops
     /// the socket ([`Registered`]).
@@ -59,7 +64,9 @@ struct Registry {
 
 impl Registry {
     fn add(&self, id: u64, permit: OwnedSemaphorePermit, fd: RawFd) -> Arc<Conn> {
-        let conn = Arc::new(Conn { permit: Mutex::new(Some(permit)), fd, ..Conn::default() });
+        // Resting until its first read: with no bytes in its socket, nothing of it is lost.
+        let resting = AtomicBool::new(true);
+        let conn = Arc::new(Conn { permit: Mutex::new(Some(permit)), fd, resting, ..Conn::default() });
         self.conns.lock().unwrap_or_else(|e| e.into_inner()).insert(id, conn.clone());
         conn
     }
@@ -73,8 +80,12 @@ impl Registry {
     /// read yet.
     fn evict_oldest_idle(&self) -> Option<OwnedSemaphorePermit> {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        // Under the registry's lock every listed socket is open (see `Conn::fd`).
-        let idle = |c: &Conn| c.busy.load(Ordering::Acquire) == 0 && !has_unread_bytes(c.fd);
+        // Under the registry's lock every listed socket is open (see `Conn::fd`). The socket is
+        // looked at before `resting`: a read that empties it clears `resting` first, so a
+        // request read since the look is seen there (SeqCst on both sides).
+        let idle = |c: &Conn| {
+            c.busy.load(Ordering::Acquire) == 0 && !has_unread_bytes(c.fd) && c.resting.load(Ordering::SeqCst)
+        };
         let pick = conns
             .iter()
             .find(|(_, c)| !c.served.load(Ordering::Relaxed) && idle(c))
@@ -369,7 +380,11 @@ impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for JsonRefusals<I> {
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
+        self.conn.resting.store(false, Ordering::SeqCst);
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if polled.is_pending() {
+            self.conn.resting.store(true, Ordering::SeqCst);
+        }
         let got = buf.filled().len() > before;
         if matches!(polled, Poll::Ready(Ok(()))) && got && self.conn.busy.load(Ordering::Acquire) == 0 {
             self.conn.awaiting_head.store(true, Ordering::Release);
