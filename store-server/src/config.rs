@@ -36,6 +36,10 @@ pub struct Config {
     /// An upload or append whose body sends nothing for this long is dropped (and what it
     /// staged is removed).
     pub body_idle_timeout: Duration,
+    /// A response the client takes nothing of for this long (its socket's buffers full) ends
+    /// its connection, as nginx's `send_timeout`: a client that asks for a large body and never
+    /// reads it does not hold a connection slot.
+    pub send_idle_timeout: Duration,
     /// Most connections served at once; more wait in the listen queue.
     pub max_connections: usize,
     /// Bytes of the space reserve kept beside an embedded (SQLite) database; at least what
@@ -96,6 +100,7 @@ impl Config {
             token_cache_ttl: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(30),
             body_idle_timeout: Duration::from_secs(60),
+            send_idle_timeout: Duration::from_secs(60),
             max_connections: 1024,
             storage_reserve_bytes: 16 << 20,
             stream_poll_interval: Duration::from_millis(100),

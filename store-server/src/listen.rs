@@ -1,6 +1,7 @@
 //! The accept loop: HTTP/1.1 connections with the timeouts and the connection limit that keep
 //! an unauthenticated client from holding the service (idle sockets, headers sent a byte at a
-//! time, uploads stalled mid-body). axum's own `serve` sets none of them.
+//! time, uploads stalled mid-body, responses their client stops reading). axum's own `serve`
+//! sets none of them.
 //!
 //! At the connection limit a new connection is never left waiting behind idle ones: the
 //! oldest connection that is not in the middle of a request gives way — first one that has
@@ -157,7 +158,12 @@ pub async fn accept_loop(
         next_id += 1;
         let (id, conn) = (next_id, registry.add(next_id, permit, tcp.as_raw_fd()));
         let service = Tracked { app: app.clone(), conn: conn.clone() };
-        let io = JsonRefusals { io: tcp, conn: conn.clone(), pending: None };
+        // A write that makes no progress for `send_idle_timeout` fails the connection: a
+        // response is "serving" and never evicted, so a client that asks for a body larger than
+        // its socket's buffers and never reads would otherwise hold its slot for good.
+        let mut timed = tokio_io_timeout::TimeoutStream::new(tcp);
+        timed.set_write_timeout(Some(config.send_idle_timeout));
+        let io = JsonRefusals { io: Box::pin(timed), conn: conn.clone(), pending: None };
         let served = http.serve_connection(TokioIo::new(io), service);
         let (registry, stop) = (registry.clone(), stop.clone());
         metrics::gauge!("spillway_http_connections").increment(1.0);

@@ -82,6 +82,9 @@ struct ServeOpts {
     /// Seconds an upload's body may send nothing before the upload is dropped.
     #[arg(long, env = "SPILLWAY_BODY_IDLE_TIMEOUT", default_value_t = 60)]
     body_idle_timeout: u64,
+    /// Seconds a response may wait for its client to take any of it before the connection is closed.
+    #[arg(long, env = "SPILLWAY_SEND_IDLE_TIMEOUT", default_value_t = 60)]
+    send_idle_timeout: u64,
     /// Most connections served at once; more wait in the listen queue.
     #[arg(long, env = "SPILLWAY_MAX_CONNECTIONS", default_value_t = 1024)]
     max_connections: usize,
@@ -207,6 +210,7 @@ impl ServeOpts {
         c.token_cache_ttl = Duration::from_secs(self.token_cache_ttl.min(30));
         c.header_read_timeout = Duration::from_secs(self.header_read_timeout.max(1));
         c.body_idle_timeout = Duration::from_secs(self.body_idle_timeout.max(1));
+        c.send_idle_timeout = Duration::from_secs(self.send_idle_timeout.max(1));
         c.max_connections = self.max_connections.max(1);
         c.storage_reserve_bytes = self.storage_reserve_bytes;
         c.read_cache_bytes = self.read_cache_bytes;

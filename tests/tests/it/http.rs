@@ -108,6 +108,27 @@ fn read_to_close(s: &mut std::net::TcpStream) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Bytes `client` sent that the server's end of the connection holds unread, from the kernel's
+/// table of TCP sockets; `None` once the server's end is gone.
+fn unread_by_server(client: &std::net::TcpStream) -> Option<u64> {
+    let (local, peer) = (client.local_addr().unwrap(), client.peer_addr().unwrap());
+    let hex = |a: std::net::SocketAddr| match a {
+        std::net::SocketAddr::V4(v4) => format!("{:08X}:{:04X}", u32::from_le_bytes(v4.ip().octets()), v4.port()),
+        std::net::SocketAddr::V6(_) => unreachable!("the test server listens on 127.0.0.1"),
+    };
+    let (server_end, client_end) = (hex(peer), hex(local));
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table.lines().skip(1).find_map(|line| {
+        // sl local rem st tx_queue:rx_queue ...
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let established = cols.get(3) == Some(&"01");
+        if !(established && cols.get(1) == Some(&server_end.as_str()) && cols.get(2) == Some(&client_end.as_str())) {
+            return None;
+        }
+        u64::from_str_radix(cols[4].split(':').nth(1)?, 16).ok()
+    })
+}
+
 fn addr_of(srv: &TestServer) -> String {
     srv.url.trim_start_matches("http://").to_owned()
 }
@@ -175,8 +196,19 @@ async fn past_the_limit_idle_connections_give_way() {
         kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
         let mut first = [0u8; 12];
         kept.read_exact(&mut first).unwrap();
-        let mut idle: Vec<_> = (0..8).map(|_| std::net::TcpStream::connect(&addr).unwrap()).collect();
-        idle[0].write_all(b"GET /healthz HTTP/1.1\r\nHost:").unwrap(); // half a head
+        // The oldest: half a head, read by the server before the others arrive (bytes it has not
+        // read yet would keep the socket from giving way, rightly: they might be a request).
+        let mut oldest = std::net::TcpStream::connect(&addr).unwrap();
+        oldest.write_all(b"GET /healthz HTTP/1.1\r\nHost:").unwrap(); // half a head
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while unread_by_server(&oldest) != Some(0) {
+            // (Two of four slots taken: its server end cannot have gone.)
+            assert!(Instant::now() < deadline, "the server never read the half head");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let mut idle: Vec<_> = std::iter::once(oldest)
+            .chain((1..8).map(|_| std::net::TcpStream::connect(&addr).unwrap()))
+            .collect();
         let start = Instant::now();
         let mut probe = std::net::TcpStream::connect(&addr).unwrap();
         assert!(healthz(&mut probe).starts_with("HTTP/1.1 200"));
@@ -234,6 +266,47 @@ async fn past_the_limit_idle_connections_give_way() {
     .unwrap();
     let m = reqwest::get(format!("{}/metrics", srv.metrics_url)).await.unwrap().text().await.unwrap();
     assert!(m.contains("spillway_http_connections_evicted_total"), "evictions are counted");
+    srv.stop().await;
+}
+
+/// A client that asks for a body larger than its socket's buffers and never reads it does not
+/// hold its connection slot: once the response has waited `send_idle_timeout` for it to take
+/// any of it, the connection closes, and the next connection is served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_response_its_client_stops_reading_ends_its_connection() {
+    let srv = TestServer::start_with(|c| {
+        c.send_idle_timeout = Duration::from_secs(1);
+        c.max_connections = 1;
+    })
+    .await;
+    let big = Bytes::from(vec![b'x'; 32 << 20]); // more than loopback's buffers on both sides hold
+    let rec = srv.client().put(big, &UploadOptions::default()).await.unwrap();
+    let (addr, token) = (addr_of(&srv), srv.token.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut stalled = std::net::TcpStream::connect(&addr).unwrap();
+        let get = format!("GET /v1/blobs/{} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n", rec.digest);
+        stalled.write_all(get.as_bytes()).unwrap();
+        let mut head = [0u8; 12];
+        stalled.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200", "the download began");
+        // The one slot is serving that response, so the next connection waits for it to end.
+        let start = Instant::now();
+        let mut next = std::net::TcpStream::connect(&addr).unwrap();
+        next.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        assert!(read_to_close(&mut next).starts_with("HTTP/1.1 200"), "served once the stalled response ended");
+        let waited = start.elapsed();
+        assert!(waited >= Duration::from_millis(900), "served before the send timeout: {waited:?}");
+        // What the stalled client finds when it reads at last: the body cut short.
+        stalled.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut rest = Vec::new();
+        let end = stalled.read_to_end(&mut rest);
+        if let Err(e) = &end {
+            assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "the stalled connection was not closed: {e}");
+        }
+        assert!(rest.len() < 32 << 20, "the whole body went out: {} bytes", rest.len());
+    })
+    .await
+    .unwrap();
     srv.stop().await;
 }
 
