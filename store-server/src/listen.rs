@@ -110,6 +110,19 @@ fn has_unread_bytes(fd: RawFd) -> bool {
     n > 0
 }
 
+/// Whether a connection ended because a response waited `send_idle_timeout` for its client
+/// (the write timeout's `TimedOut`; hyper's own header timeout is not an IO error).
+fn send_timed_out(e: &hyper::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut) {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// Takes a connection out of the registry when dropped. Declared after the connection's
 /// socket in its task, so it drops first: a socket is closed only once it is out of the
 /// registry, whichever way the task ends.
@@ -185,6 +198,9 @@ pub async fn accept_loop(
                 }
             };
             if let Err(e) = result {
+                if send_timed_out(&e) {
+                    metrics::counter!("spillway_http_send_timeouts_total").increment(1);
+                }
                 tracing::debug!(cause = %e, "connection ended with an error");
             }
             drop(registered);

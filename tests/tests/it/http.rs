@@ -307,6 +307,8 @@ async fn a_response_its_client_stops_reading_ends_its_connection() {
     })
     .await
     .unwrap();
+    let m = reqwest::get(format!("{}/metrics", srv.metrics_url)).await.unwrap().text().await.unwrap();
+    assert!(m.contains("spillway_http_send_timeouts_total 1"), "the timeout is counted: {m}");
     srv.stop().await;
 }
 
