@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Samples the SQLite writer thread of a spillway-server while bloadgen uploads to it.
 
-    python3 bench/sample-writer.py & ONLY=a,b ../shared/bench/ratio-vs-nginx; kill %1
+    python3 bench/sample-writer.py & ONLY=a,b ../shared/bench/ratio-vs-nginx
+
+(it exits when the server it found does).
 
 Waits for a server started with --listen and --data-dir (as the yardstick starts it), then,
 during each `bloadgen put` against that server's address, reads the writer thread's state and
