@@ -89,3 +89,33 @@ best_of_3() {
   done
   echo "$b"
 }
+
+# nginx_conf DIR PORT [LOCATIONS]: writes DIR/nginx.conf, nginx as the comparisons run it (2
+# workers in the foreground, no access log, sendfile, any body size) serving DIR/root on
+# 127.0.0.1:PORT, with LOCATIONS (nginx directives) inside its server block.
+nginx_conf() {
+  local dir=$1 port=$2 locations=${3:-}
+  mkdir -p "$dir/root" "$dir/tmp"
+  cat > "$dir/nginx.conf" <<CONF
+user root;
+worker_processes 2;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush off;
+  tcp_nodelay on;
+  client_body_temp_path $dir/tmp;
+  client_max_body_size 0;
+  keepalive_requests 100000;
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/root;
+    $locations
+  }
+}
+CONF
+}

@@ -13,28 +13,9 @@ work=${BENCH_DIR:-/tmp/spillway-bench}
 rm -rf "$work" && mkdir -p "$work/nginx/root/dav" "$work/nginx/tmp" "$work/disk"
 load=target/release/spillway-load
 
-cat > "$work/nginx/nginx.conf" <<CONF
-user root;
-worker_processes 2;
-daemon off;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  sendfile on;
-  tcp_nopush off;
-  tcp_nodelay on;
-  client_body_temp_path $work/nginx/tmp;
-  client_max_body_size 0;
-  keepalive_requests 100000;
-  server {
-    listen 127.0.0.1:18080;
-    root $work/nginx/root;
-    location /dav/ { dav_methods PUT; create_full_put_path on; }
-  }
-}
-CONF
+# shellcheck source=bench/common.sh
+. bench/common.sh
+nginx_conf "$work/nginx" 18080 "location /dav/ { dav_methods PUT; create_full_put_path on; }"
 nginx -c "$work/nginx/nginx.conf" &
 ngx=$!
 SPILLWAY_DATA_DIR="$work/spw" SPILLWAY_LISTEN=127.0.0.1:17745 RUST_LOG=warn "${SPILLWAY_SERVER_BIN:-target/release/spillway-server}" &

@@ -58,15 +58,17 @@ impl IntoResponse for EscapedJson {
 }
 
 /// A body of pieces sent one after the other, its length known: hyper writes them together
-/// (vectored), with a `Content-Length`.
+/// (vectored), with a `Content-Length`. Public for the capped read's floor
+/// (`spillway-read-floor`), which answers with the same body.
 #[derive(Debug)]
-struct Pieces {
+pub struct Pieces {
     pieces: VecDeque<Bytes>,
     left: u64,
 }
 
 impl Pieces {
-    fn new(pieces: VecDeque<Bytes>) -> Self {
+    /// The body of `pieces`, in order.
+    pub fn new(pieces: VecDeque<Bytes>) -> Self {
         let left = pieces.iter().map(|p| p.len() as u64).sum();
         Self { pieces, left }
     }
