@@ -38,11 +38,19 @@ struct Text {
     hot: bool,
 }
 
+/// `p`, or the start of the escape `p` would cut in two (the object is printable text and
+/// newlines, so every escape is two bytes: `\n`, `\"`, `\\`), so that a page is valid JSON.
+fn boundary(escaped: &[u8], p: usize) -> usize {
+    let backslashes = escaped[..p].iter().rev().take_while(|&&b| b == b'\\').count();
+    p - backslashes % 2
+}
+
 async fn page(State(t): State<Text>, Query(q): Query<HashMap<String, String>>) -> axum::response::Response {
     use axum::response::IntoResponse as _;
     let last = t.escaped.len().saturating_sub(PAGE);
     let offset = if t.hot { 0 } else { q.get("offset").and_then(|o| o.parse().ok()).unwrap_or(0).min(last) };
-    let end = (offset + PAGE).min(t.escaped.len());
+    let offset = boundary(&t.escaped, offset);
+    let end = boundary(&t.escaped, (offset + PAGE).min(t.escaped.len()));
     let fields = format!(r#"{{"offset":{offset},"length":{},"next_offset":{end},"content":""#, end - offset);
     let pieces = VecDeque::from([Bytes::from(fields), t.escaped.slice(offset..end), Bytes::from_static(b"\"}")]);
     let body = Body::new(spillway_server::json::Pieces::new(pieces));
