@@ -57,8 +57,11 @@ wait_ready() {
   done
 }
 
-# cpu_ticks PID: the user + system CPU time of a process, in clock ticks.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# cpu_ticks PID...: the user + system CPU time of the processes, together, in clock ticks.
+cpu_ticks() {
+  local p
+  for p; do cat "/proc/$p/stat"; done | awk '{s += $14 + $15} END {print s}'
+}
 
 # with_cpu PID COMMAND...: runs a load-generator COMMAND and prints its JSON line with the CPU
 # time process PID spent meanwhile, per request (`server_cpu_us_per_req`).

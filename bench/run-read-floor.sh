@@ -28,37 +28,40 @@ target/release/spillway-read-floor --listen 127.0.0.1:17834 --object $work/obj -
 "${SPILLWAY_SERVER_BIN:-target/release/spillway-server}" --listen 127.0.0.1:17835 --data-dir $work/d > $work/log 2>&1 &
 ours=$!
 started+=("$ngx" "$cold" "$hot" "$ours") # stopped by common.sh's cleanup
-for _ in $(seq 100); do
-  [ -f $work/d/token ] && curl -sf -o /dev/null http://127.0.0.1:17835/healthz && curl -s -o /dev/null http://127.0.0.1:18081/obj &&
-    curl -s -o /dev/null http://127.0.0.1:17833/ && curl -s -o /dev/null http://127.0.0.1:17834/ && break
-  sleep 0.2
+wait_ready $work/d 17835
+for port in 18081 17833 17834; do
+  for _ in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:$port/ && break; sleep 0.1; done
 done
 printf 'Authorization: Bearer %s\n' "$(cat $work/d/token)" > $work/headers
 digest=$(curl -sf -X POST -H @$work/headers --data-binary @$work/obj http://127.0.0.1:17835/v1/blobs |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["digest"])')
-# One target: NAME PID PORT [JSON page URL]; prints its reads/s and CPU per read.
+# One target: NAME PORT [JSON page URL]; prints its reads/s and the CPU per read of the processes
+# in `cpus` (nginx's: its workers'). Fails if any answer was not a 200 or not a JSON page.
 run() {
-  local name=$1 pid=$2 port=$3 url=${4:-} t0 t1 out
+  local name=$1 port=$2 url=${3:-} t0 t1 out
   local how=(--path /obj)
   [ -z "$url" ] || how=(--url "$url" --json-length 1 --expect-status 200 --header-file $work/headers)
   "$bloadgen" range --addr 127.0.0.1:$port "${how[@]}" --size $((50 << 20)) --len 100000 --conns 16 --duration 2 > /dev/null
-  t0=$(awk '{print $14 + $15}' /proc/$pid/stat)
-  # nginx's CPU is its workers'
-  [ "$name" != nginx ] || t0=$(for c in $(pgrep -P $pid); do awk '{print $14 + $15}' /proc/$c/stat; done | paste -sd+ | bc)
+  t0=$(cpu_ticks "${cpus[@]}")
   out=$("$bloadgen" range --addr 127.0.0.1:$port "${how[@]}" --size $((50 << 20)) --len 100000 --conns 16 --duration "$secs")
-  t1=$(awk '{print $14 + $15}' /proc/$pid/stat)
-  [ "$name" != nginx ] || t1=$(for c in $(pgrep -P $pid); do awk '{print $14 + $15}' /proc/$c/stat; done | paste -sd+ | bc)
-  python3 - "$name" "$out" "$t0" "$t1" <<'PY'
+  t1=$(cpu_ticks "${cpus[@]}")
+  python3 - "$name" "$out" "$((t1 - t0))" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
-name, d, t0, t1 = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-print(json.dumps({"target": name, "rps": round(d["rps"]), "us_per_read": round((t1 - t0) / 100 / d["requests"] * 1e6, 1),
-                  "p99_ms": d["p99_us"] / 1000, "status_errors": d["err_status"], "json_bad": d.get("json_bad", 0)}))
+name, d, ticks, hz = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+print(json.dumps({"target": name, "rps": round(d["rps"]), "us_per_read": round(ticks / hz / d["requests"] * 1e6, 1),
+                  "p99_ms": d["p99_us"] / 1000}))
+if d["err_status"] or d.get("json_bad") or d["err_io"]:
+    sys.exit(f"{name}: {d['err_status']} answers not 200, {d.get('json_bad')} not a JSON page, {d['err_io']} I/O errors")
 PY
 }
 for r in $(seq "$rounds"); do
   echo "round $r"
-  run nginx $ngx 18081
-  run floor-cold $cold 17833 "/v1/blobs/x/read?offset={offset}&limit=100000"
-  run floor-hot $hot 17834 "/v1/blobs/x/read?offset={offset}&limit=100000"
-  run spillway $ours 17835 "/v1/blobs/$digest/read?offset={offset}&limit=100000"
+  mapfile -t cpus < <(pgrep -P $ngx)
+  run nginx 18081
+  cpus=($cold)
+  run floor-cold 17833 "/v1/blobs/x/read?offset={offset}&limit=100000"
+  cpus=($hot)
+  run floor-hot 17834 "/v1/blobs/x/read?offset={offset}&limit=100000"
+  cpus=($ours)
+  run spillway 17835 "/v1/blobs/$digest/read?offset={offset}&limit=100000"
 done
