@@ -95,6 +95,14 @@ pub async fn create_token_with(
     Ok(token)
 }
 
+/// The caller of a request whose token this replica has in its cache; `None` when
+/// [`authenticate`] would have more to do (no token, a malformed header, a token not cached).
+pub(crate) fn cached_caller(headers: &axum::http::HeaderMap, state: &AppState) -> Option<Caller> {
+    let token = headers.get(AUTHORIZATION)?.to_str().ok().and_then(bearer)?;
+    let grant = state.token_cache.get(&hash_token(token), state.config.token_cache_ttl)?;
+    Some(Caller { namespace: grant.namespace, scopes: grant.scopes, redacted: grant.redacted })
+}
+
 /// The token of an `Authorization` header: the scheme is case-insensitive (RFC 9110 §11.1).
 fn bearer(value: &str) -> Option<&str> {
     let (scheme, token) = value.split_once(' ')?;

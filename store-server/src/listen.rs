@@ -137,10 +137,13 @@ impl Drop for Registered {
     }
 }
 
-/// Accepts until `shutdown` completes, then lets open requests finish (up to 30 s).
+/// Accepts until `shutdown` completes, then lets open requests finish (up to 30 s). With
+/// `early`, the capped read's common case is answered before `app`'s router
+/// ([`answer_before_router`](crate::routes::answer_before_router)).
 pub async fn accept_loop(
     listener: TcpListener,
     app: axum::Router,
+    early: Option<crate::state::AppState>,
     config: &Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
@@ -170,7 +173,7 @@ pub async fn accept_loop(
         let _ = tcp.set_nodelay(true);
         next_id += 1;
         let (id, conn) = (next_id, registry.add(next_id, permit, tcp.as_raw_fd()));
-        let service = Tracked { app: app.clone(), conn: conn.clone() };
+        let service = Tracked { app: app.clone(), early: early.clone(), conn: conn.clone() };
         // A write that makes no progress for `send_idle_timeout` fails the connection: a
         // response is "serving" and never evicted, so a client that asks for a body larger than
         // its socket's buffers and never reads would otherwise hold its slot for good.
@@ -269,6 +272,10 @@ const RECHECK: std::time::Duration = std::time::Duration::from_millis(5);
 #[derive(Clone)]
 struct Tracked {
     app: axum::Router,
+    /// The state for the capped reads answered before the router
+    /// ([`answer_before_router`](crate::routes::answer_before_router)); `None` on the metrics
+    /// listener.
+    early: Option<crate::state::AppState>,
     conn: Arc<Conn>,
 }
 
@@ -281,9 +288,14 @@ impl hyper::service::Service<http::Request<Incoming>> for Tracked {
         use tower::ServiceExt;
         self.conn.awaiting_head.store(false, Ordering::Release);
         let busy = Busy::enter(self.conn.clone());
-        let call = self.app.clone().oneshot(req.map(axum::body::Body::new));
+        let (app, early) = (self.app.clone(), self.early.clone());
         Box::pin(async move {
-            let resp = call.await?;
+            if let Some(state) = early {
+                if let Some(resp) = crate::routes::answer_before_router(&state, &req).await {
+                    return Ok(resp.map(|body| Guarded { body, _busy: busy }));
+                }
+            }
+            let resp = app.oneshot(req.map(axum::body::Body::new)).await?;
             Ok(resp.map(|body| Guarded { body, _busy: busy }))
         })
     }

@@ -54,6 +54,7 @@ pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Resul
         heavy,
         cursors,
         escaped_pages: Default::default(),
+        reads_before_router: Default::default(),
     }))
 }
 
@@ -105,7 +106,7 @@ pub async fn serve_metrics(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     crate::routes::install_metrics();
-    crate::listen::accept_loop(listener, crate::routes::metrics_router(), config, shutdown).await;
+    crate::listen::accept_loop(listener, crate::routes::metrics_router(), None, config, shutdown).await;
 }
 
 /// Serves until `shutdown` completes, running retention on its interval meanwhile. Each
@@ -123,7 +124,7 @@ pub async fn serve(
     let compaction =
         tokio::spawn(crate::compaction::run_compaction(state.clone(), state.config.compact_interval, cancel.clone()));
     let config = state.config.clone();
-    crate::listen::accept_loop(listener, router(state), &config, shutdown).await;
+    crate::listen::accept_loop(listener, router(state.clone()), Some(state), &config, shutdown).await;
     cancel.cancel();
     let _ = retention.await;
     let _ = compaction.await;

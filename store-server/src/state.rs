@@ -55,6 +55,8 @@ pub struct Shared {
     pub(crate) text: Option<Arc<crate::text::TextCache>>,
     /// Capped reads answered from the text cache (tests show the path runs).
     pub escaped_pages: std::sync::atomic::AtomicU64,
+    /// Capped reads answered before the router (`routes::read_before_router`).
+    pub reads_before_router: std::sync::atomic::AtomicU64,
     /// How often uploads met retention deleting the same content (tests show the branches run).
     pub races: Arc<UploadRaces>,
     /// Seals the cursors handed to clients (opaque, bound to their namespace).
@@ -239,6 +241,11 @@ impl VisibilityCache {
     /// A cache that answers only when `enabled`.
     pub fn new(enabled: bool) -> Self {
         Self { enabled, map: Mutex::default() }
+    }
+
+    /// Whether it answers at all (the embedded backend).
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     /// A cached "visible" answer still good at `now`.

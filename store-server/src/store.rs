@@ -43,6 +43,16 @@ pub async fn visible(state: &AppState, ns: &Namespace, d: &AnyDigest) -> ApiResu
     Ok(row)
 }
 
+/// What [`visible`] answers from this process's caches alone; `None` when it would ask the
+/// database (or the blob is not visible).
+pub(crate) fn visible_cached(state: &AppState, ns: &Namespace, d: &AnyDigest) -> Option<Arc<BlobRow>> {
+    let AnyDigest::Blake3(digest) = d else { return None };
+    if !state.visibility.visible(ns, digest, state.now()) {
+        return None;
+    }
+    state.blob_rows.get(digest)
+}
+
 /// A page of the capped read API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PageAsk {

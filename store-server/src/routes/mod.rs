@@ -28,6 +28,9 @@ use crate::state::AppState;
 pub use openapi::ApiDoc;
 pub use ops::install_metrics;
 
+/// The capped read's route (matched by the router, and before it: [`answer_before_router`]).
+const READ_ROUTE: &str = "/v1/blobs/{digest}/read";
+
 /// The whole service: every `/v1` route plus the operations endpoints.
 pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
@@ -36,7 +39,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/blobs/{digest}",
             get(blobs::get_blob).head(blobs::head_blob).put(blobs::put_blob).delete(blobs::delete_blob),
         )
-        .route("/v1/blobs/{digest}/read", get(read::read_blob))
+        .route(READ_ROUTE, get(read::read_blob))
         .route("/v1/blobs/{digest}/grep", get(read::grep_blob))
         .route(
             "/v1/blobs/{digest}/pin",
@@ -148,7 +151,7 @@ async fn edge(axum::extract::State(state): axum::extract::State<Arc<Edge>>, req:
     resp
 }
 
-fn over_limits(req: &Request) -> Option<Response> {
+fn over_limits<B>(req: &axum::http::Request<B>) -> Option<Response> {
     let uri = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
     let headers: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
     let (status, message) = if uri > MAX_URI {
@@ -203,21 +206,41 @@ async fn track(State(heavy): State<Arc<crate::heavy::Heavy>>, mut req: Request, 
     req.extensions_mut().insert(namespace.clone());
     let start = Instant::now();
     let resp = next.run(req).await;
-    let elapsed = start.elapsed();
+    request_done(&req_method, route, &resp, start.elapsed(), namespace.get().unwrap_or("-"));
+    resp
+}
+
+/// A request answered: its log line and its series.
+fn request_done(
+    method: &axum::http::Method,
+    route: &str,
+    resp: &Response,
+    elapsed: std::time::Duration,
+    namespace: &str,
+) {
     let status = resp.status().as_u16();
     let bytes = axum::body::HttpBody::size_hint(resp.body()).exact();
     tracing::info!(
         target: "spillway::http",
-        method = %req_method,
+        method = %method,
         route = %route,
         status,
         bytes,
         ms = format_args!("{:.1}", elapsed.as_secs_f64() * 1000.0),
-        namespace = namespace.get().unwrap_or("-"),
+        namespace,
         "request"
     );
-    RequestSeries::record(route, method_label(&req_method), status_label(status), elapsed.as_secs_f64());
-    resp
+    RequestSeries::record(route, method_label(method), status_label(status), elapsed.as_secs_f64());
+}
+
+/// The capped read's common case, answered before the router by `read::read_before_router`
+/// (`None`: the router answers), begun, logged and counted as [`track`] does the rest.
+pub(crate) async fn answer_before_router<B>(state: &AppState, req: &axum::http::Request<B>) -> Option<Response> {
+    let start = Instant::now();
+    let (resp, namespace) = read::read_before_router(state, req).await?;
+    state.heavy.request_began();
+    request_done(&axum::http::Method::GET, READ_ROUTE, &resp, start.elapsed(), &namespace);
+    Some(resp)
 }
 
 /// The handles of the request metrics, by route, then method (and status): each labelled

@@ -12,6 +12,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::json::{EscapedJson, PageJson};
 use crate::state::AppState;
 use crate::store::{escaped_page, redacted_escaped_page, visible, BlobSource};
+use crate::text::EscapedPage;
 use spillway_api::paging as page;
 
 /// `GET /v1/blobs/{digest}/read`: a byte or line page, never over 100,000 bytes of content.
@@ -44,15 +45,55 @@ pub(super) async fn read_blob(
         return Ok(PageJson(page_of(&src, &q, redact).await?).into_response());
     }
     if let Some(page) = escaped_page(&state, &row, q.page()).await? {
-        count_page(&page.page);
-        static ESCAPED: std::sync::LazyLock<metrics::Counter> =
-            std::sync::LazyLock::new(|| metrics::counter!("spillway_read_escaped_pages_total"));
-        ESCAPED.increment(1);
-        state.escaped_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        return Ok(EscapedJson(page).into_response());
+        return Ok(escaped_answer(&state, page));
     }
     let src = BlobSource::new(&state, &row)?;
     Ok(PageJson(page_of(&src, &q, None).await?).into_response())
+}
+
+/// A plain page cut from the escaped text, counted and answered.
+fn escaped_answer(state: &AppState, page: EscapedPage) -> Response {
+    count_page(&page.page);
+    static ESCAPED: std::sync::LazyLock<metrics::Counter> =
+        std::sync::LazyLock::new(|| metrics::counter!("spillway_read_escaped_pages_total"));
+    ESCAPED.increment(1);
+    state.escaped_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    EscapedJson(page).into_response()
+}
+
+/// The capped read's common case answered before the router (`listen.rs`): a plain page from
+/// the text cache, for a token and a blob this replica has in its caches. It is `read_blob`'s
+/// own path, with the extractors' work done in place, and answers the same bytes; the router,
+/// its layers and extractors cost about a fifth of such a read's CPU (`docs/benchmarks.md`).
+/// `None`, having changed nothing, for anything else — a percent-escape, a missing or uncached
+/// token, a malformed input, redaction, a blob not in the caches, a page not cut from the
+/// escaped text, any error — which the router then answers as usual. The caller logs and counts
+/// the request as `routes::track` does (`routes::request_done`).
+pub(crate) async fn read_before_router<B>(
+    state: &AppState,
+    req: &axum::http::Request<B>,
+) -> Option<(Response, spillway_api::Namespace)> {
+    // Only where visibility is cached (the embedded backend: one writer).
+    if req.method() != axum::http::Method::GET || !state.visibility.enabled() || super::over_limits(req).is_some() {
+        return None;
+    }
+    let raw = req.uri().path().strip_prefix("/v1/blobs/")?.strip_suffix("/read")?;
+    // Without escapes the path's digest and the query are what the extractors would decode.
+    if raw.contains(['/', '%']) || req.uri().query().is_some_and(|q| q.contains('%')) {
+        return None;
+    }
+    let caller = crate::auth::cached_caller(req.headers(), state)?;
+    caller.require(Scope::Read).ok()?;
+    let d = parse_digest(raw).ok()?;
+    let axum::extract::Query(q) = axum::extract::Query::<ReadQuery>::try_from_uri(req.uri()).ok()?;
+    q.check().ok()?;
+    if caller.redacts(q.redact()) {
+        return None;
+    }
+    let row = crate::store::visible_cached(state, &caller.namespace, &d)?;
+    let page = escaped_page(state, &row, q.page()).await.ok()??;
+    state.reads_before_router.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Some((escaped_answer(state, page), caller.namespace))
 }
 
 /// `GET /v1/blobs/{digest}/grep`: matching lines, capped and resumable. The scan runs on the

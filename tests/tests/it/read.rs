@@ -81,6 +81,99 @@ async fn capped_reads_from_escaped_text_are_the_usual_pages() {
     srv.stop().await;
 }
 
+/// The capped reads the listener answers before the router (a plain page from the text cache,
+/// for a cached token and blob) are the router's own answers, byte for byte, and counted in the
+/// same series; everything else (no token, escapes, redaction, errors, a blob not cached) goes
+/// to the router as before.
+#[tokio::test]
+async fn reads_answered_before_the_router_are_the_routers_answers() {
+    use std::sync::atomic::Ordering;
+    use tower::ServiceExt;
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    let text: String = (0..50_000).map(|i| format!("{i}\t\"é€\" \\ line\n")).collect();
+    let d = c.put(Bytes::from(text), &UploadOptions::default()).await.unwrap().digest;
+    let other = c.put(Bytes::from_static(b"small and inline\n"), &UploadOptions::default()).await.unwrap().digest;
+    let redacted = srv.redacted_token("ns-a", &[spillway_server::auth::Scope::Read]).await;
+    let router = spillway_server::routes::router(srv.state.clone());
+    let early = || srv.state.reads_before_router.load(Ordering::Relaxed);
+    let served = || async {
+        let m = reqwest::get(format!("{}/metrics", srv.metrics_url)).await.unwrap().text().await.unwrap();
+        let series = r#"spillway_http_requests_total{method="GET",route="/v1/blobs/{digest}/read",status="200"} "#;
+        m.lines().find_map(|l| l.strip_prefix(series)).map_or(0.0, |v| v.parse::<f64>().unwrap())
+    };
+    // Over HTTP (the listener, then the router if it declines) and straight to the router.
+    let both = |path: String, token: Option<String>| {
+        let (router, url) = (router.clone(), format!("{}{path}", srv.url));
+        async move {
+            let mut ask = reqwest::Client::new().get(url);
+            let mut direct = axum::http::Request::get(&path);
+            if let Some(t) = &token {
+                ask = ask.bearer_auth(t);
+                direct = direct.header("authorization", format!("Bearer {t}"));
+            }
+            let got = ask.send().await.unwrap();
+            let got = (got.status().as_u16(), got.headers()["content-type"].clone(), got.bytes().await.unwrap());
+            let want = router.oneshot(direct.body(axum::body::Body::empty()).unwrap()).await.unwrap();
+            let ct = want.headers()["content-type"].clone();
+            let want = (want.status().as_u16(), ct, axum::body::to_bytes(want.into_body(), 1 << 21).await.unwrap());
+            assert_eq!((got.0, &got.1), (want.0, &want.1), "{path}");
+            assert!(got.2 == want.2, "{path}: the bodies differ");
+            got.0
+        }
+    };
+    let token = Some(srv.token.clone());
+    let path = |ask: &str| format!("/v1/blobs/{d}/read?{ask}");
+    let plain = [
+        "offset=0&limit=100000",
+        "offset=123457&limit=5000",
+        "limit=3&offset=9&wait_ms=5",
+        "offset=1038800",
+        "",
+        "line=100&lines=20",
+        "line=49999",
+    ];
+    // The first pass fills the caches: the token's, the blob's, and the text cache's blocks
+    // (a block is escaped when a second page starts in it).
+    for ask in plain {
+        assert_eq!(both(path(ask), token.clone()).await, 200, "{ask}");
+    }
+    let (before, served_before) = (early(), served().await);
+    for ask in plain {
+        assert_eq!(both(path(ask), token.clone()).await, 200, "{ask}");
+    }
+    assert_eq!(early() - before, plain.len() as u64, "every plain page went before the router");
+    // Counted in the request series, once over HTTP and once by the router's own layer
+    // (other tests in this process may add to it too).
+    assert!(served().await - served_before >= 2.0 * plain.len() as f64);
+    // What it leaves to the router: the same answers as ever.
+    let before = early();
+    let (raw, bad) = (d.to_string(), "blake3:00");
+    let declined = [
+        (path("offset=%31&limit=5"), token.clone()),
+        (format!("/v1/blobs/{}/read?offset=1", raw.replace(':', "%3A")), token.clone()),
+        (path("offset=1"), None),
+        (path("offset=1"), Some("spw_not_a_token".into())),
+        (path("offset=1"), Some(redacted)),
+        (path("redact=true"), token.clone()),
+        (path("offset=x"), token.clone()),
+        (path("offset=1&line=2"), token.clone()),
+        (path("line=0"), token.clone()),
+        (path("offset=1048570"), token.clone()),
+        // Inside a character of three bytes: a lossy page, cut the usual way.
+        (path("offset=7&limit=3"), token.clone()),
+        (format!("/v1/blobs/{bad}/read"), token.clone()),
+        (format!("/v1/blobs/{}/read", spillway_api::Digest::of(b"never stored")), token.clone()),
+        (format!("/v1/blobs/{other}/read"), token.clone()),
+        (format!("/v1/blobs/{d}/read/"), token.clone()),
+    ];
+    for (p, t) in declined {
+        both(p, t).await;
+    }
+    assert_eq!(early(), before, "none of those went before the router");
+    srv.stop().await;
+}
+
 /// Reads each page (`asks`: read queries) of `d` from both servers, the second one twice (a
 /// block is escaped when the second page starts in it), and asserts the same status and body.
 async fn compare_pages(plain: &TestServer, srv: &TestServer, d: &spillway_api::Digest, asks: &[String]) {
