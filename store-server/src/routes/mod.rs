@@ -236,6 +236,9 @@ fn request_done(
 /// The capped read's common case, answered before the router by `read::read_before_router`
 /// (`None`: the router answers), begun, logged and counted as [`track`] does the rest.
 pub(crate) async fn answer_before_router<B>(state: &AppState, req: &axum::http::Request<B>) -> Option<Response> {
+    if over_limits(req).is_some() {
+        return None; // refused by the edge layer, behind the router
+    }
     let start = Instant::now();
     let (resp, namespace) = read::read_before_router(state, req).await?;
     state.heavy.request_began();

@@ -67,14 +67,15 @@ fn escaped_answer(state: &AppState, page: EscapedPage) -> Response {
 /// its layers and extractors cost about a fifth of such a read's CPU (`docs/benchmarks.md`).
 /// `None`, having changed nothing, for anything else — a percent-escape, a missing or uncached
 /// token, a malformed input, redaction, a blob not in the caches, a page not cut from the
-/// escaped text, any error — which the router then answers as usual. The caller logs and counts
+/// escaped text, any error — which the router then answers as usual. (Requests over the
+/// edge's limits never come here: `routes::answer_before_router`.) The caller logs and counts
 /// the request as `routes::track` does (`routes::request_done`).
 pub(crate) async fn read_before_router<B>(
     state: &AppState,
     req: &axum::http::Request<B>,
 ) -> Option<(Response, spillway_api::Namespace)> {
     // Only where visibility is cached (the embedded backend: one writer).
-    if req.method() != axum::http::Method::GET || !state.visibility.enabled() || super::over_limits(req).is_some() {
+    if req.method() != axum::http::Method::GET || !state.visibility.enabled() {
         return None;
     }
     let raw = req.uri().path().strip_prefix("/v1/blobs/")?.strip_suffix("/read")?;
