@@ -18,6 +18,8 @@ pub mod error;
 pub mod heavy;
 pub mod json;
 pub mod listen;
+pub mod logwriter;
+pub mod reqlog;
 pub mod reserve;
 pub mod retention;
 pub mod routes;

@@ -261,30 +261,35 @@ async fn default_metrics_listener() -> anyhow::Result<tokio::net::TcpListener> {
 /// Where the operator's metrics listen unless `--metrics-listen` says otherwise.
 const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:7746";
 
-/// Log lines go to stderr through a thread of their own (`tracing-appender`), gathered into
-/// one write for as many as arrive while the last is written: a write per line cost a request
-/// more CPU than its page's own work (docs/benchmarks.md). None is dropped (`lossy(false)`:
-/// past 128k lines waiting, the logging request waits), and the guard flushes what is left
-/// when `main` returns.
-fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
+/// Log lines go to stderr through a thread of their own, which writes them in batches
+/// (`spillway_server::logwriter`): a logging request only appends its line to a buffer. None is
+/// dropped, and the guard writes what is left when `main` returns.
+fn init_tracing(format: LogFormat) -> anyhow::Result<spillway_server::logwriter::Guard> {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into());
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .thread_name("spillway-log")
-        .finish(std::io::BufWriter::with_capacity(64 << 10, std::io::stderr()));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    let (writer, guard) = spillway_server::logwriter::batched("spillway-log", std::io::stderr())
+        .context("cannot start the log writer thread")?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer.clone());
+    // The request line is made by `reqlog` with the subscriber's format (not with colours).
+    use spillway_server::reqlog::{install, Format};
     match format {
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => builder.json().with_current_span(false).init(),
+        LogFormat::Text if std::io::stderr().is_terminal() => builder.with_ansi(true).init(),
+        LogFormat::Text => {
+            builder.with_ansi(false).init();
+            install(writer, Format::Text);
+        }
+        LogFormat::Json => {
+            builder.json().with_current_span(false).init();
+            install(writer, Format::Json);
+        }
     }
-    guard
+    Ok(guard)
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let _log = init_tracing(cli.store.log_format);
+    let _log = init_tracing(cli.store.log_format)?;
     let mut config = cli.store.config()?;
     match &cli.command {
         None => cli.serve.apply(&mut config),

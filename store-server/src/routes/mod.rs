@@ -220,16 +220,14 @@ fn request_done(
 ) {
     let status = resp.status().as_u16();
     let bytes = axum::body::HttpBody::size_hint(resp.body()).exact();
-    tracing::info!(
-        target: "spillway::http",
-        method = %method,
-        route = %route,
+    crate::reqlog::log(&crate::reqlog::RequestLine {
+        method: method.as_str(),
+        route,
         status,
         bytes,
-        ms = format_args!("{:.1}", elapsed.as_secs_f64() * 1000.0),
+        elapsed,
         namespace,
-        "request"
-    );
+    });
     RequestSeries::record(route, method_label(method), status_label(status), elapsed.as_secs_f64());
 }
 

@@ -224,3 +224,96 @@ async fn a_full_disk_is_507_and_deletes_still_work() {
     srv.stop().await;
     drop(disk);
 }
+
+/// The binary, as an operator runs it, logs one line per request at the default level — method,
+/// route, status, bytes, milliseconds and namespace, never the token — in both `--log-format`s,
+/// the capped reads answered before the router included, and writes every line out before it
+/// exits.
+#[tokio::test]
+async fn the_binary_logs_one_line_per_request() {
+    for format in ["text", "json"] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("stderr.log");
+        let mut child = std::process::Command::new(server_binary())
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "none", "--log-format", format, "--data-dir"])
+            .arg(dir.path().join("data"))
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut addr = None;
+        for _ in 0..600 {
+            let text = std::fs::read_to_string(&log).unwrap();
+            addr = text.lines().find_map(|l| {
+                let at = l.find("listening")?;
+                let rest = &l[at..];
+                let start = rest.find("127.0.0.1:")?;
+                Some(
+                    rest[start..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+                        .collect::<String>(),
+                )
+            });
+            if addr.is_some() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let url = format!("http://{}", addr.expect("the server logs where it listens"));
+        let token = std::fs::read_to_string(dir.path().join("data/token")).unwrap().trim().to_owned();
+        let http = reqwest::Client::new();
+        let body = "a line of text\n".repeat(20_000);
+        let put = http.post(format!("{url}/v1/blobs")).bearer_auth(&token).body(body).send().await.unwrap();
+        assert_eq!(put.status(), 201);
+        let digest = put.json::<serde_json::Value>().await.unwrap()["digest"].as_str().unwrap().to_owned();
+        for offset in [0, 1000, 2000] {
+            let r = http
+                .get(format!("{url}/v1/blobs/{digest}/read?offset={offset}&limit=500"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+        }
+        let missing = format!("{url}/v1/blobs/blake3:{}", "0".repeat(64));
+        assert_eq!(http.get(missing).bearer_auth(&token).send().await.unwrap().status(), 404);
+        assert!(std::process::Command::new("kill").arg(child.id().to_string()).status().unwrap().success());
+        assert!(child.wait().unwrap().success(), "a stopped server exits cleanly");
+
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(!text.contains(&token), "no token in the log");
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains("spillway::http")).collect();
+        let seen: Vec<(String, String, u64, String)> = lines
+            .iter()
+            .map(|l| match format {
+                "json" => {
+                    let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+                    let f = &v["fields"];
+                    assert_eq!(f["message"], "request");
+                    assert!(f["ms"].as_str().is_some_and(|ms| ms.parse::<f64>().is_ok()), "{l}");
+                    let s = |k: &str| f[k].as_str().unwrap().to_owned();
+                    (s("method"), s("route"), f["status"].as_u64().unwrap(), s("namespace"))
+                }
+                _ => {
+                    let field = |k: &str| {
+                        let v = l.split(&format!(" {k}=")).nth(1).unwrap_or_else(|| panic!("no {k} in {l}"));
+                        v.split(' ').next().unwrap().trim_matches('"').to_owned()
+                    };
+                    assert!(field("ms").parse::<f64>().is_ok(), "{l}");
+                    (field("method"), field("route"), field("status").parse().unwrap(), field("namespace"))
+                }
+            })
+            .collect();
+        let want = |m: &str, r: &str, s: u64| (m.to_owned(), r.to_owned(), s, "default".to_owned());
+        let read = want("GET", "/v1/blobs/{digest}/read", 200);
+        assert_eq!(
+            seen,
+            [want("POST", "/v1/blobs", 201), read.clone(), read.clone(), read, want("GET", "/v1/blobs/{digest}", 404)],
+            "{format}: one line per request, in order:\n{text}"
+        );
+        let sized = lines.iter().filter(|l| l.contains("bytes=") || l.contains("\"bytes\":")).count();
+        assert!(sized >= 4, "{format}: the answers' lengths are logged:\n{text}");
+    }
+}

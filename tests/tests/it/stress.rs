@@ -210,23 +210,11 @@ async fn uploads_survive_retention_and_compaction_on_every_replica() {
     }
 }
 
-/// The `spillway-server` binary the workspace built beside this test binary.
-fn server_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let bin = exe.parent().and_then(|deps| deps.parent()).expect("target directory").join("spillway-server");
-    assert!(
-        bin.exists(),
-        "{} is missing: `cargo test --workspace` builds it (or `cargo build -p spillway-server`)",
-        bin.display()
-    );
-    bin
-}
-
 /// `spillway-server retention --retention-grace 0` on the test server's database and blob
 /// store, as an operator's retention job runs it: a process of its own.
 fn retention_job(srv: &TestServer) -> std::process::Command {
     let config = srv.config();
-    let mut cmd = std::process::Command::new(server_binary());
+    let mut cmd = std::process::Command::new(crate::support::server_binary());
     cmd.arg("retention").arg("--retention-grace").arg("0").arg("--data-dir").arg(&config.data_dir);
     cmd.env_remove("SPILLWAY_DATABASE_URL").env_remove("SPILLWAY_BLOB_STORE").env("RUST_LOG", "warn");
     if let Some(url) = &config.database_url {

@@ -69,3 +69,15 @@ pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 pub fn sha256_of(rec: &spillway_api::BlobRecord) -> spillway_api::AnyDigest {
     rec.sha256.parse().expect("the record's sha256 is a digest")
 }
+
+/// The `spillway-server` binary the workspace built beside this test binary.
+pub fn server_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let bin = exe.parent().and_then(|deps| deps.parent()).expect("target directory").join("spillway-server");
+    assert!(
+        bin.exists(),
+        "{} is missing: `cargo test --workspace` builds it (or `cargo build -p spillway-server`)",
+        bin.display()
+    );
+    bin
+}
