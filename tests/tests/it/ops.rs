@@ -238,6 +238,8 @@ async fn the_binary_logs_one_line_per_request() {
             .args(["--listen", "127.0.0.1:0", "--metrics-listen", "none", "--log-format", format, "--data-dir"])
             .arg(dir.path().join("data"))
             .env_remove("RUST_LOG")
+            .env_remove("SPILLWAY_DATABASE_URL")
+            .env_remove("SPILLWAY_BLOB_STORE")
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
