@@ -270,7 +270,8 @@ fn init_tracing(format: LogFormat) -> anyhow::Result<spillway_server::logwriter:
     let (writer, guard) = spillway_server::logwriter::batched("spillway-log", std::io::stderr())
         .context("cannot start the log writer thread")?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer.clone());
-    // The request line is made by `reqlog` with the subscriber's format (not with colours).
+    // The request line is made by `reqlog` with the subscriber's format (not with colours). Its
+    // test sets the subscriber up as here: a change to these settings goes there too.
     use spillway_server::reqlog::{install, Format};
     match format {
         LogFormat::Text if std::io::stderr().is_terminal() => builder.with_ansi(true).init(),
