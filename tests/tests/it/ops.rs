@@ -269,6 +269,8 @@ async fn the_binary_logs_one_line_per_request() {
         let body = "a line of text\n".repeat(20_000);
         let put = http.post(format!("{url}/v1/blobs")).bearer_auth(&token).body(body).send().await.unwrap();
         assert_eq!(put.status(), 201);
+        // Each answer's length as the client received it, in order, for the log's `bytes`.
+        let mut sizes = vec![put.content_length()];
         let digest = put.json::<serde_json::Value>().await.unwrap()["digest"].as_str().unwrap().to_owned();
         for offset in [0, 1000, 2000] {
             let r = http
@@ -278,16 +280,20 @@ async fn the_binary_logs_one_line_per_request() {
                 .await
                 .unwrap();
             assert_eq!(r.status(), 200);
+            sizes.push(r.content_length());
         }
         let missing = format!("{url}/v1/blobs/blake3:{}", "0".repeat(64));
-        assert_eq!(http.get(missing).bearer_auth(&token).send().await.unwrap().status(), 404);
+        let r = http.get(missing).bearer_auth(&token).send().await.unwrap();
+        assert_eq!(r.status(), 404);
+        sizes.push(r.content_length());
+        assert!(sizes.iter().all(Option::is_some), "every answer here has a length: {sizes:?}");
         assert!(std::process::Command::new("kill").arg(child.id().to_string()).status().unwrap().success());
         assert!(child.wait().unwrap().success(), "a stopped server exits cleanly");
 
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(!text.contains(&token), "no token in the log");
         let lines: Vec<&str> = text.lines().filter(|l| l.contains("spillway::http")).collect();
-        let seen: Vec<(String, String, u64, String)> = lines
+        let (seen, logged_sizes): (Vec<(String, String, u64, String)>, Vec<Option<u64>>) = lines
             .iter()
             .map(|l| match format {
                 "json" => {
@@ -296,18 +302,17 @@ async fn the_binary_logs_one_line_per_request() {
                     assert_eq!(f["message"], "request");
                     assert!(f["ms"].as_str().is_some_and(|ms| ms.parse::<f64>().is_ok()), "{l}");
                     let s = |k: &str| f[k].as_str().unwrap().to_owned();
-                    (s("method"), s("route"), f["status"].as_u64().unwrap(), s("namespace"))
+                    ((s("method"), s("route"), f["status"].as_u64().unwrap(), s("namespace")), f["bytes"].as_u64())
                 }
                 _ => {
-                    let field = |k: &str| {
-                        let v = l.split(&format!(" {k}=")).nth(1).unwrap_or_else(|| panic!("no {k} in {l}"));
-                        v.split(' ').next().unwrap().trim_matches('"').to_owned()
-                    };
+                    let value = |k: &str| Some(l.split(&format!(" {k}=")).nth(1)?.split(' ').next()?.trim_matches('"'));
+                    let field = |k: &str| value(k).unwrap_or_else(|| panic!("no {k} in {l}")).to_owned();
                     assert!(field("ms").parse::<f64>().is_ok(), "{l}");
-                    (field("method"), field("route"), field("status").parse().unwrap(), field("namespace"))
+                    let bytes = value("bytes").map(|b| b.parse().unwrap_or_else(|_| panic!("bytes in {l}")));
+                    ((field("method"), field("route"), field("status").parse().unwrap(), field("namespace")), bytes)
                 }
             })
-            .collect();
+            .unzip();
         let want = |m: &str, r: &str, s: u64| (m.to_owned(), r.to_owned(), s, "default".to_owned());
         let read = want("GET", "/v1/blobs/{digest}/read", 200);
         assert_eq!(
@@ -315,7 +320,6 @@ async fn the_binary_logs_one_line_per_request() {
             [want("POST", "/v1/blobs", 201), read.clone(), read.clone(), read, want("GET", "/v1/blobs/{digest}", 404)],
             "{format}: one line per request, in order:\n{text}"
         );
-        let sized = lines.iter().filter(|l| l.contains("bytes=") || l.contains("\"bytes\":")).count();
-        assert!(sized >= 4, "{format}: the answers' lengths are logged:\n{text}");
+        assert_eq!(logged_sizes, sizes, "{format}: each answer's length is logged:\n{text}");
     }
 }
