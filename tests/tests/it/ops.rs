@@ -293,23 +293,28 @@ async fn the_binary_logs_one_line_per_request() {
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(!text.contains(&token), "no token in the log");
         let lines: Vec<&str> = text.lines().filter(|l| l.contains("spillway::http")).collect();
-        let (seen, logged_sizes): (Vec<(String, String, u64, String)>, Vec<Option<u64>>) = lines
+        // (method, route, status, namespace), and the answer's length if logged.
+        type Logged = ((String, String, u64, String), Option<u64>);
+        let (seen, logged_sizes): (Vec<_>, Vec<_>) = lines
             .iter()
-            .map(|l| match format {
-                "json" => {
-                    let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
-                    let f = &v["fields"];
-                    assert_eq!(f["message"], "request");
-                    assert!(f["ms"].as_str().is_some_and(|ms| ms.parse::<f64>().is_ok()), "{l}");
-                    let s = |k: &str| f[k].as_str().unwrap().to_owned();
-                    ((s("method"), s("route"), f["status"].as_u64().unwrap(), s("namespace")), f["bytes"].as_u64())
-                }
-                _ => {
-                    let value = |k: &str| Some(l.split(&format!(" {k}=")).nth(1)?.split(' ').next()?.trim_matches('"'));
-                    let field = |k: &str| value(k).unwrap_or_else(|| panic!("no {k} in {l}")).to_owned();
-                    assert!(field("ms").parse::<f64>().is_ok(), "{l}");
-                    let bytes = value("bytes").map(|b| b.parse().unwrap_or_else(|_| panic!("bytes in {l}")));
-                    ((field("method"), field("route"), field("status").parse().unwrap(), field("namespace")), bytes)
+            .map(|l| -> Logged {
+                match format {
+                    "json" => {
+                        let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+                        let f = &v["fields"];
+                        assert_eq!(f["message"], "request");
+                        assert!(f["ms"].as_str().is_some_and(|ms| ms.parse::<f64>().is_ok()), "{l}");
+                        let s = |k: &str| f[k].as_str().unwrap().to_owned();
+                        ((s("method"), s("route"), f["status"].as_u64().unwrap(), s("namespace")), f["bytes"].as_u64())
+                    }
+                    _ => {
+                        let value =
+                            |k: &str| Some(l.split(&format!(" {k}=")).nth(1)?.split(' ').next()?.trim_matches('"'));
+                        let field = |k: &str| value(k).unwrap_or_else(|| panic!("no {k} in {l}")).to_owned();
+                        assert!(field("ms").parse::<f64>().is_ok(), "{l}");
+                        let bytes = value("bytes").map(|b| b.parse().unwrap_or_else(|_| panic!("bytes in {l}")));
+                        ((field("method"), field("route"), field("status").parse().unwrap(), field("namespace")), bytes)
+                    }
                 }
             })
             .unzip();
