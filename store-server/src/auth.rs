@@ -98,8 +98,23 @@ pub async fn create_token_with(
 /// The caller of a request whose token this replica has in its cache; `None` when
 /// [`authenticate`] would have more to do (no token, a malformed header, a token not cached).
 pub(crate) fn cached_caller(headers: &axum::http::HeaderMap, state: &AppState) -> Option<Caller> {
-    let token = headers.get(AUTHORIZATION)?.to_str().ok().and_then(bearer)?;
-    let grant = state.token_cache.get(&hash_token(token), state.config.token_cache_ttl)?;
+    cached(state, &hash_token(token_of(headers).ok()?))
+}
+
+/// The token of a request's `Authorization` header, or why it has none.
+fn token_of(headers: &axum::http::HeaderMap) -> Result<&str, ApiError> {
+    let header =
+        headers.get(AUTHORIZATION).ok_or(ApiError::Unauthorized("missing Authorization: Bearer <token> header"))?;
+    header
+        .to_str()
+        .ok()
+        .and_then(bearer)
+        .ok_or(ApiError::Unauthorized("malformed Authorization header: expected Bearer <token>"))
+}
+
+/// The caller holding the token whose hash is `hash`, if this replica has it in its cache.
+fn cached(state: &AppState, hash: &str) -> Option<Caller> {
+    let grant = state.token_cache.get(hash, state.config.token_cache_ttl)?;
     Some(Caller { namespace: grant.namespace, scopes: grant.scopes, redacted: grant.redacted })
 }
 
@@ -111,18 +126,9 @@ fn bearer(value: &str) -> Option<&str> {
 }
 
 async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
-    let header = parts
-        .headers
-        .get(AUTHORIZATION)
-        .ok_or(ApiError::Unauthorized("missing Authorization: Bearer <token> header"))?;
-    let token = header
-        .to_str()
-        .ok()
-        .and_then(bearer)
-        .ok_or(ApiError::Unauthorized("malformed Authorization header: expected Bearer <token>"))?;
-    let hash = hash_token(token);
-    if let Some(grant) = state.token_cache.get(&hash, state.config.token_cache_ttl) {
-        return Ok(Caller { namespace: grant.namespace, scopes: grant.scopes, redacted: grant.redacted });
+    let hash = hash_token(token_of(&parts.headers)?);
+    if let Some(caller) = cached(state, &hash) {
+        return Ok(caller);
     }
     let row = state.db.find_token(&hash).await?.ok_or(ApiError::Unauthorized("unknown token"))?;
     // Marked used at most once per cache period per replica: no write per request.

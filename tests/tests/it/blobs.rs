@@ -308,9 +308,26 @@ async fn auth_and_scopes() {
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "unauthorized");
+    assert_eq!(body["error"]["message"], "missing Authorization: Bearer <token> header");
     let r = anon.get(format!("{}/v1/refs", srv.url)).bearer_auth("spw_nope").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["message"], "unknown token");
     let reader = srv.client_for("ns-a", &[Scope::Read]).await;
+    // A capped read, which a cached token may have answered before the router, with a header
+    // that is not a bearer token: the same 401 as any route.
+    let digest = format!("blake3:{}", "0".repeat(64));
+    for header in ["Basic c3B3OnNwdw==", "Bearer", "Bearer ", "spw_x"] {
+        let r = anon
+            .get(format!("{}/v1/blobs/{digest}/read?offset=0&limit=10", srv.url))
+            .header(header::AUTHORIZATION, header)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{header}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "unauthorized", "{header}");
+        assert_eq!(body["error"]["message"], "malformed Authorization header: expected Bearer <token>", "{header}");
+    }
     let err = reader.put(Bytes::from_static(b"x"), &UploadOptions::default()).await.unwrap_err();
     assert_eq!(api_code(&err), (403, "forbidden".into()));
     let writer = srv.client_for("ns-a", &[Scope::Write]).await;
