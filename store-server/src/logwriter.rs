@@ -11,7 +11,8 @@
 //! take them (the back-pressure of a full channel). Lines keep their order: they join one
 //! buffer in the order their writers took the lock, and one thread writes the buffers in turn.
 //! A line reaches stderr about [`GATHER`] after it was logged, and the [`Guard`] writes what is
-//! left when it is dropped (at the end of `main`).
+//! left when it is dropped (at the end of `main`). A line logged after that is not written, as
+//! with `tracing-appender`'s guard: nothing is left running to write it.
 
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
