@@ -43,6 +43,7 @@ impl Stats {
             "p50_ms": (self.pct(50.0).as_secs_f64() * 1e5).round() / 100.0,
             "p50_us": (self.pct(50.0).as_secs_f64() * 1e7).round() / 10.0,
             "p99_ms": (self.pct(99.0).as_secs_f64() * 1e5).round() / 100.0,
+            "max_ms": (self.pct(100.0).as_secs_f64() * 1e5).round() / 100.0,
         })
     }
 }

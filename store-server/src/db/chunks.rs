@@ -139,13 +139,7 @@ impl Db {
     /// Raw blobs stored as files or objects (not inline), live, written before `before`, after
     /// `after` in key order: what compaction takes next.
     pub async fn compactable(&self, before: i64, after: Option<&Digest>, limit: i64) -> DbResult<Vec<(Digest, u64)>> {
-        let rows = sqlx::query(COMPACTABLE)
-            .bind(before)
-            .bind(after.map_or_else(String::new, Digest::hex))
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(|r| Ok((digest_at(r, "digest")?, r.try_get::<i64, _>("size")? as u64))).collect()
+        self.page_of_sizes(COMPACTABLE, before, after, limit).await
     }
 
     /// Records a blob's compaction (see the module's invariant): its packs, their chunks, its
@@ -490,18 +484,8 @@ mod tests {
     /// A compaction pass walks its candidates through their partial index, not every row.
     #[tokio::test]
     async fn compactable_blobs_are_read_through_their_index() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::connect(&format!("sqlite://{}?mode=rwc", dir.path().join("meta.db").display())).await.unwrap();
-        let plan: Vec<String> = sqlx::query(&format!("EXPLAIN QUERY PLAN {COMPACTABLE}"))
-            .bind(0i64)
-            .bind("")
-            .bind(10i64)
-            .fetch_all(&db.pool)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.try_get::<String, _>("detail").unwrap())
-            .collect();
+        let (_dir, db) = Db::scratch().await;
+        let plan = db.plan(COMPACTABLE).await;
         assert!(plan.iter().any(|step| step.contains("USING INDEX blobs_compactable")), "{plan:?}");
         assert!(!plan.iter().any(|step| step.contains("TEMP B-TREE")), "walked in digest order, not sorted: {plan:?}");
     }

@@ -5,12 +5,13 @@
 //! row-level operations live beside it.
 
 use super::error::{DbError, DbResult};
+use spillway_api::Digest;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::future::BoxFuture;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyConnection, AnyPool, Connection, Executor};
+use sqlx::{AnyConnection, AnyPool, Connection, Executor, Row as _};
 use tokio::sync::{mpsc, oneshot};
 
 /// Which SQL dialect the pool speaks.
@@ -138,6 +139,25 @@ impl Db {
                 Ok(Self { pool, backend, group: None, native: false, work: Default::default() })
             }
         }
+    }
+
+    /// A page of `(digest, size)` rows from a query binding `$1` = `bound`, `$2` = the digest
+    /// the page starts after (from the first when `None`) and `$3` = `limit`: how retention
+    /// and compaction list what they take next, in key order.
+    pub(super) async fn page_of_sizes(
+        &self,
+        sql: &'static str,
+        bound: i64,
+        after: Option<&Digest>,
+        limit: i64,
+    ) -> DbResult<Vec<(Digest, u64)>> {
+        let rows = sqlx::query(sql)
+            .bind(bound)
+            .bind(after.map_or_else(String::new, Digest::hex))
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| Ok((digest_at(r, "digest")?, r.try_get::<i64, _>("size")? as u64))).collect()
     }
 
     /// Write transactions this handle has committed (or tried to: counted as the COMMIT is
@@ -516,4 +536,26 @@ pub(super) fn label_conditions(
 
 pub(super) fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+impl Db {
+    /// A database of its own on SQLite, in a directory that goes with the guard.
+    pub(super) async fn scratch() -> (tempfile::TempDir, Db) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::connect(&format!("sqlite://{}?mode=rwc", dir.path().join("meta.db").display())).await.unwrap();
+        (dir, db)
+    }
+
+    /// SQLite's plan for a page query binding `(i64, text, i64)`, one step a line.
+    pub(super) async fn plan(&self, sql: &str) -> Vec<String> {
+        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .bind(0i64)
+            .bind("")
+            .bind(10i64)
+            .fetch_all(&self.pool)
+            .await
+            .unwrap();
+        rows.iter().map(|r| sqlx::Row::try_get::<String, _>(r, "detail").unwrap()).collect()
+    }
 }
