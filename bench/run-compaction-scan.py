@@ -2,8 +2,10 @@
 """What a compaction pass and the stored-bytes gauge read in a store of many small blobs.
 
 Builds an SQLite database from migrations/sqlite (the server's schema), fills `blobs` with N small
-blobs inline in their rows and M large ones stored as files, then times, before and after
-migration 0011 (the partial index `blobs_compactable`) and the gauge's rewritten sum:
+blobs inline in their rows and M large ones stored as files, then times each query as it was
+and as it is now (`inline_data` asked before `layout`, which sits behind a small blob's inline
+bytes), and as it would be with a partial index on the pass's three fixed terms (not kept: see
+`db::chunks::COMPACTABLE`):
 - a compaction pass's walk: the candidates query in pages of 200, in digest order, to the end;
 - the gauge's sums over live blobs (`Db::storage_stats`).
 Each is timed warm (the file in the page cache: best of 3) and, as root, cold (caches dropped).
@@ -33,8 +35,7 @@ def build(path, small, large):
     c = sqlite3.connect(path)
     c.execute("PRAGMA journal_mode=WAL")
     for f in sorted(glob.glob(os.path.join(ROOT, "migrations/sqlite/*.sql"))):
-        if not os.path.basename(f).startswith("0011"):
-            c.executescript(open(f).read())
+        c.executescript(open(f).read())
     insert = ("INSERT INTO blobs (digest, sha256, size, lines, line_index, created_at, inline_data, state) "
               "VALUES (?, ?, ?, ?, ?, ?, ?, 'live')")
     c.executemany(insert, ((os.urandom(32).hex(), os.urandom(32).hex(), 4096, 80, b"", i, os.urandom(4096))
@@ -81,16 +82,17 @@ def main():
         build(path, small, large)
         print(f"sqlite {sqlite3.sqlite_version}; {small} small blobs inline, {large} large; "
               f"database {os.path.getsize(path) / 2**20:.0f} MiB")
-        print("| what | schema | warm ms | cold ms | result |")
+        print("| what | query | warm ms | cold ms | result |")
         print("|---|---|---|---|---|")
         rows = []
-        for label, sql in (("before 0011", OLD_PASS), ("after 0011", NEW_PASS)):
-            if label == "after 0011":
+        for label, sql in (("as it was", OLD_PASS), ("now", NEW_PASS), ("with a partial index", NEW_PASS)):
+            if label == "with a partial index":
                 c = sqlite3.connect(path)
-                c.executescript(open(os.path.join(ROOT, "migrations/sqlite/0011_compactable_index.sql")).read())
+                c.execute("CREATE INDEX blobs_compactable ON blobs (digest) "
+                          "WHERE inline_data IS NULL AND state = 'live' AND layout = 'raw'")
                 c.close()
             for name, run in (("a compaction pass's walk", lambda c, s=sql: walk(c, s)),
-                              ("the stored-bytes sums", lambda c, s=(OLD_STATS if label == "before 0011" else NEW_STATS):
+                              ("the stored-bytes sums", lambda c, s=(OLD_STATS if label == "as it was" else NEW_STATS):
                                c.execute(s).fetchone())):
                 warm, out = timed(path, run, False)
                 cold = timed(path, run, True)[0] if cold_too else None

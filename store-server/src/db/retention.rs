@@ -59,7 +59,7 @@ const UNREFERENCED_WALK: &str = "SELECT b.digest, NOT EXISTS (SELECT 1 FROM refs
                                  WHERE b.digest > $1 AND b.state = 'live' AND +b.unreferenced_since IS NULL \
                                  ORDER BY b.digest LIMIT $3";
 /// Blobs whose grace ended by `$1`, after `$2`: through the partial index `blobs_in_grace`
-/// (migration 0012), whose condition is this query's `unreferenced_since IS NOT NULL`.
+/// (migration 0011), whose condition is this query's `unreferenced_since IS NOT NULL`.
 const COLLECTABLE: &str = "SELECT digest, size FROM blobs WHERE state = 'live' AND unreferenced_since IS NOT NULL \
                            AND unreferenced_since <= $1 AND digest > $2 ORDER BY digest LIMIT $3";
 /// Deletions begun by `$1`, after `$2`: through the partial index `blobs_deleting`.
