@@ -537,25 +537,3 @@ pub(super) fn label_conditions(
 pub(super) fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
-
-#[cfg(test)]
-impl Db {
-    /// A database of its own on SQLite, in a directory that goes with the guard.
-    pub(super) async fn scratch() -> (tempfile::TempDir, Db) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::connect(&format!("sqlite://{}?mode=rwc", dir.path().join("meta.db").display())).await.unwrap();
-        (dir, db)
-    }
-
-    /// SQLite's plan for a page query binding `(i64, text, i64)`, one step a line.
-    pub(super) async fn plan(&self, sql: &str) -> Vec<String> {
-        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .bind(0i64)
-            .bind("")
-            .bind(10i64)
-            .fetch_all(&self.pool)
-            .await
-            .unwrap();
-        rows.iter().map(|r| sqlx::Row::try_get::<String, _>(r, "detail").unwrap()).collect()
-    }
-}
