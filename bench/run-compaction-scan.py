@@ -20,7 +20,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAGE = 200  # store-server/src/compaction.rs
+PAGE = 200  # store-server/src/jobs/compaction.rs
 OLD_PASS = ("SELECT digest, size FROM blobs WHERE state = 'live' AND layout = 'raw' AND inline_data IS NULL "
             "AND created_at <= ? AND digest > ? ORDER BY digest LIMIT ?")
 NEW_PASS = ("SELECT digest, size FROM blobs WHERE inline_data IS NULL AND state = 'live' "

@@ -1,7 +1,7 @@
 //! One error type for every handler: it picks the status and the contract's JSON body.
 //! Details of server faults are logged, never sent.
 
-use crate::db::DbError;
+use crate::db::error::DbError;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -131,7 +131,9 @@ impl From<DbError> for ApiError {
                 tracing::error!(cause = %cause, "database unavailable");
                 Self::Unavailable("the metadata database is unavailable; retry".into())
             }
-            DbError::Bytes(cause) if matches!(cause.downcast_ref(), Some(crate::blobs::BlobError::Full(_))) => {
+            DbError::Bytes(cause)
+                if matches!(cause.downcast_ref(), Some(crate::storage::backend::BlobError::Full(_))) =>
+            {
                 tracing::error!(cause = %cause, "blob storage full");
                 Self::InsufficientStorage
             }

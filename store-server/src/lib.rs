@@ -1,45 +1,36 @@
 //! `spillway-server`: the content-addressed spill store shared by agent workers.
 //!
-//! The binary's `main.rs` parses arguments and calls [`server::build_state`] and
-//! [`server::serve`]; tests do the same on `127.0.0.1:0`.
+//! The binary's `main.rs` parses arguments and calls [`build_state`] and [`serve`]; tests do
+//! the same on `127.0.0.1:0`. The wings, from the edge down (`docs/architecture.md` draws
+//! them and the test in `testing/structure.rs` keeps the drawing true):
+//!
+//! - `http/` — the listener, router, handlers and request log;
+//! - `auth/` — tokens, their cache, the bearer extractor;
+//! - `blobs/`, `streams/`, `search/` — the services handlers call;
+//! - `jobs/` — retention and compaction passes, the heavy-work pool;
+//! - `chunks/` — compacted storage: chunks, packs, their reader;
+//! - `storage/` — bytes under keys: the `Backend` trait, local disk, S3;
+//! - `db/` — the only place SQL lives;
+//! - `config.rs`, `state.rs`, `error.rs`, `clock.rs` — what all of them share;
+//! - `testing/` — the test kit and the structure checks.
 
 pub mod auth;
-mod backend;
 pub mod blobs;
-mod cache;
 pub mod chunks;
 pub mod clock;
-pub mod compaction;
 pub mod config;
-pub mod cursor;
 pub mod db;
-mod direct;
 pub mod error;
-pub mod heavy;
-pub mod json;
-pub mod listen;
-pub mod logwriter;
-pub mod reqlog;
-pub mod reserve;
-pub mod retention;
-pub mod routes;
+pub mod http;
+pub mod jobs;
 pub mod search;
-pub mod server;
-mod spool;
-mod staging;
 pub mod state;
-pub mod store;
+pub mod storage;
 pub mod streams;
-#[cfg(test)]
-mod structure;
-#[cfg(feature = "testing")]
 pub mod testing;
-#[cfg(feature = "testing")]
-mod testing_backend;
-mod text;
-pub mod upload;
 
+pub use auth::ensure_first_token;
 pub use config::Config;
-pub use retention::run_retention_once;
-pub use server::{build_state, ensure_first_token, serve, serve_metrics};
-pub use state::AppState;
+pub use http::server::{serve, serve_metrics};
+pub use jobs::retention::run_retention_once;
+pub use state::{build_state, AppState};

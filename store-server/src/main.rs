@@ -262,17 +262,17 @@ async fn default_metrics_listener() -> anyhow::Result<tokio::net::TcpListener> {
 const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:7746";
 
 /// Log lines go to stderr through a thread of their own, which writes them in batches
-/// (`spillway_server::logwriter`): a logging request only appends its line to a buffer. None is
+/// (`spillway_server::http::logwriter`): a logging request only appends its line to a buffer. None is
 /// dropped, and the guard writes what is left when `main` returns.
-fn init_tracing(format: LogFormat) -> anyhow::Result<spillway_server::logwriter::Guard> {
+fn init_tracing(format: LogFormat) -> anyhow::Result<spillway_server::http::logwriter::Guard> {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into());
-    let (writer, guard) = spillway_server::logwriter::batched("spillway-log", std::io::stderr())
+    let (writer, guard) = spillway_server::http::logwriter::batched("spillway-log", std::io::stderr())
         .context("cannot start the log writer thread")?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer.clone());
     // The request line is made by `reqlog` with the subscriber's format (not with colours). Its
     // test sets the subscriber up as here: a change to these settings goes there too.
-    use spillway_server::reqlog::{install, Format};
+    use spillway_server::http::reqlog::{install, Format};
     match format {
         LogFormat::Text if std::io::stderr().is_terminal() => builder.with_ansi(true).init(),
         LogFormat::Text => {
@@ -364,7 +364,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Some(Command::Compact { older_than }) => {
             let summary =
-                spillway_server::compaction::run_compaction_once(&state, Duration::from_secs(older_than)).await?;
+                spillway_server::jobs::compaction::run_compaction_once(&state, Duration::from_secs(older_than)).await?;
             println!("{}", serde_json::to_string(&summary)?);
         }
         Some(Command::Stats) => println!("{}", serde_json::to_string(&state.db.storage_stats().await?)?),

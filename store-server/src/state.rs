@@ -1,4 +1,5 @@
-//! `AppState`: what every handler gets through axum's `State`.
+//! `AppState`: what every handler gets through axum's `State`, and how it is built from a
+//! `Config` at start-up.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -6,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use spillway_api::Digest;
 use tokio::sync::Notify;
 
-use crate::blobs::BlobStore;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::Db;
+use crate::storage::BlobStore;
 
 /// Shared by all handlers; one reference count to clone (axum clones it for every extractor).
 #[derive(Clone)]
@@ -50,9 +51,9 @@ pub struct Shared {
     /// Recently seen tokens, so that a request costs no database round trip to authenticate.
     pub token_cache: Arc<TokenCache>,
     /// Space kept back for deletes on a full disk (embedded store only).
-    pub reserve: Arc<crate::reserve::Reserve>,
+    pub reserve: Arc<crate::storage::local::reserve::Reserve>,
     /// Blob text kept escaped for capped reads (`None`: disabled).
-    pub(crate) text: Option<Arc<crate::text::TextCache>>,
+    pub(crate) text: Option<Arc<crate::blobs::text::TextCache>>,
     /// Capped reads answered from the text cache (tests show the path runs).
     pub escaped_pages: std::sync::atomic::AtomicU64,
     /// Capped reads answered before the router (`routes::read_before_router`).
@@ -60,13 +61,13 @@ pub struct Shared {
     /// How often uploads met retention deleting the same content (tests show the branches run).
     pub races: Arc<UploadRaces>,
     /// Seals the cursors handed to clients (opaque, bound to their namespace).
-    pub cursors: crate::cursor::Cursors,
+    pub cursors: crate::http::cursor::Cursors,
     /// Threads and limits for heavy scans (grep, search).
-    pub heavy: Arc<crate::heavy::Heavy>,
+    pub heavy: Arc<crate::jobs::heavy::Heavy>,
     /// Finds the secrets a redacted read shows as marks (built-in kinds and `--redact-rules`).
     pub redactor: Arc<spillway_api::redact::Detector>,
     /// The secrets `redactor` found in blobs' blocks, for redacted capped reads.
-    pub(crate) secrets: crate::cache::SecretCache,
+    pub(crate) secrets: crate::blobs::secrets::SecretCache,
     /// Reads compacted blobs (their chunk lists and chunks, cached).
     pub chunks: Arc<crate::chunks::ChunkReader>,
 }
@@ -274,4 +275,65 @@ impl VisibilityCache {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.remove(&(ns.to_owned(), *digest));
     }
+}
+
+/// Connects to the database (applying migrations) and opens the blob store.
+pub async fn build_state(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<AppState> {
+    private_files();
+    tokio::fs::create_dir_all(&config.data_dir).await?;
+    crate::storage::make_private(&config.data_dir).await?;
+    let db = Db::connect(&config.database_url()).await?;
+    let blobs =
+        crate::storage::BlobStore::open(&config.blob_store_url(), &config.s3_options, config.read_cache_bytes).await?;
+    let embedded = db.backend() == crate::db::Backend::Sqlite;
+    let visibility = Arc::new(crate::state::VisibilityCache::new(embedded));
+    let reserve = if embedded {
+        crate::storage::local::reserve::Reserve::at(config.data_dir.join("space-reserve"), config.storage_reserve_bytes)
+            .await
+    } else {
+        crate::storage::local::reserve::Reserve::none()
+    };
+    let cursors = crate::http::cursor::Cursors::new(&db.server_key("cursor").await?);
+    let heavy = Arc::new(crate::jobs::heavy::Heavy::new(config.heavy_threads, config.max_heavy_requests)?);
+    let redactor = Arc::new(redactor(config.redact_rules.as_deref()).await?);
+    let chunks = Arc::new(crate::chunks::ChunkReader::new(config.read_cache_bytes));
+    Ok(AppState::new(crate::state::Shared {
+        redactor,
+        secrets: crate::blobs::secrets::SecretCache::new(),
+        chunks,
+        text: crate::blobs::text::TextCache::new(config.text_cache_bytes).map(Arc::new),
+        reserve: Arc::new(reserve),
+        visibility,
+        db,
+        blobs,
+        config: Arc::new(config),
+        clock,
+        stream_waiters: Default::default(),
+        token_cache: Default::default(),
+        blob_rows: Default::default(),
+        races: Default::default(),
+        heavy,
+        cursors,
+        escaped_pages: Default::default(),
+        reads_before_router: Default::default(),
+    }))
+}
+
+/// The secrets detector: the built-in kinds, and an operator's rules file when there is one.
+async fn redactor(rules: Option<&std::path::Path>) -> anyhow::Result<spillway_api::redact::Detector> {
+    use anyhow::Context;
+    let text = match rules {
+        Some(path) => tokio::fs::read_to_string(path)
+            .await
+            .with_context(|| format!("cannot read the redaction rules {}", path.display()))?,
+        None => String::new(),
+    };
+    Ok(spillway_api::redact::Detector::with_rules(&text)?)
+}
+
+/// Everything this process writes from now on is readable by its own user alone: files
+/// `0600`, directories `0700` (database, log, blobs, staged uploads, the token file).
+fn private_files() {
+    // SAFETY: umask changes only the process's file-mode creation mask; it cannot fail.
+    unsafe { libc::umask(0o077) };
 }

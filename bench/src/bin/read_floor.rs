@@ -53,7 +53,7 @@ async fn page(State(t): State<Text>, Query(q): Query<HashMap<String, String>>) -
     let end = boundary(&t.escaped, (offset + PAGE).min(t.escaped.len()));
     let fields = format!(r#"{{"offset":{offset},"length":{},"next_offset":{end},"content":""#, end - offset);
     let pieces = VecDeque::from([Bytes::from(fields), t.escaped.slice(offset..end), Bytes::from_static(b"\"}")]);
-    let body = Body::new(spillway_server::json::Pieces::new(pieces));
+    let body = Body::new(spillway_server::http::json::Pieces::new(pieces));
     ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

@@ -8,7 +8,7 @@
 
 mod blobs;
 mod chunks;
-mod error;
+pub(crate) mod error;
 mod keys;
 mod pool;
 mod retention;

@@ -393,7 +393,7 @@ async fn pins_deletes_and_refs_listing() {
 async fn blobs_either_side_of_the_inline_limit_read_back() {
     let srv = TestServer::start().await;
     let c = srv.client();
-    let limit = spillway_server::blobs::INLINE_MAX;
+    let limit = spillway_server::storage::INLINE_MAX;
     for size in [1, limit - 1, limit, limit + 1, 3 * limit] {
         let data = Bytes::from((0..size).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
         let rec = c.put(data.clone(), &UploadOptions::default()).await.unwrap();

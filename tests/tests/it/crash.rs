@@ -338,7 +338,7 @@ async fn killed_while_compacting_and_deleting_loses_nothing() {
         spillway_server::build_state(quiet, std::sync::Arc::new(spillway_server::clock::SystemClock)).await.unwrap();
     // The short references expire, and the killed server's compaction lease runs out.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    spillway_server::compaction::run_compaction_once(&state, Duration::ZERO).await.unwrap();
+    spillway_server::jobs::compaction::run_compaction_once(&state, Duration::ZERO).await.unwrap();
     spillway_server::run_retention_once(&state, false).await.unwrap();
     let stats = state.db.storage_stats().await.unwrap();
     assert_eq!(stats.blobs, kept.len() as u64, "only the kept blobs are left: {stats:?}");
@@ -353,7 +353,7 @@ async fn killed_while_compacting_and_deleting_loses_nothing() {
     assert_eq!(on_disk, stats.stored_bytes, "every pack left is one a blob needs");
     for (d, data) in &kept {
         let row = state.db.blob_row(d).await.unwrap().unwrap();
-        let got = spillway_server::store::blob_range(&state, &row, 0..row.size).await.unwrap();
+        let got = spillway_server::blobs::source::blob_range(&state, &row, 0..row.size).await.unwrap();
         assert!(got == *data, "{d}");
     }
 }

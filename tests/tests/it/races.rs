@@ -35,7 +35,7 @@ async fn claim(deleter: &AppState, d: &Digest) {
 
 /// The second phase, when the stopped deleter goes on.
 async fn finish(deleter: &AppState, d: &Digest) {
-    spillway_server::retention::delete_claimed(deleter, d).await.unwrap();
+    spillway_server::jobs::retention::delete_claimed(deleter, d).await.unwrap();
 }
 
 /// A PUT with no retry, answered within `limit` or failed.
@@ -255,13 +255,14 @@ async fn shared_then_orphaned(srv: &TestServer) -> (Digest, Bytes, Vec<String>) 
 async fn a_pack_claimed_before_a_compaction_commits_is_not_reused() {
     let srv = TestServer::start_with(|c| c.retention_grace = Duration::ZERO).await;
     let (d2, second, packs) = shared_then_orphaned(&srv).await;
-    let prepared = spillway_server::compaction::prepare(&srv.state, &d2, second.len() as u64).await.unwrap().unwrap();
+    let prepared =
+        spillway_server::jobs::compaction::prepare(&srv.state, &d2, second.len() as u64).await.unwrap().unwrap();
     assert!(packs.iter().all(|p| prepared.reused_packs().contains(p)), "it reuses the orphaned packs' chunks");
     let now = srv.state.now();
     for p in &packs {
         assert!(srv.state.db.claim_pack(p, now).await.unwrap(), "retention claims the unneeded pack");
     }
-    let done = spillway_server::compaction::finish(&srv.state, &d2, prepared).await.unwrap();
+    let done = spillway_server::jobs::compaction::finish(&srv.state, &d2, prepared).await.unwrap();
     assert_eq!(done, None, "the compaction gives up");
     assert_eq!(srv.state.db.blob_row(&d2).await.unwrap().map(|r| r.chunked), Some(false), "still raw");
     // The claiming pass stopped there; the next one past the deletion lease finishes it.
@@ -281,8 +282,9 @@ async fn a_pack_claimed_before_a_compaction_commits_is_not_reused() {
 async fn a_pack_a_compaction_committed_to_is_not_claimed() {
     let srv = TestServer::start_with(|c| c.retention_grace = Duration::ZERO).await;
     let (d2, second, packs) = shared_then_orphaned(&srv).await;
-    let prepared = spillway_server::compaction::prepare(&srv.state, &d2, second.len() as u64).await.unwrap().unwrap();
-    assert!(spillway_server::compaction::finish(&srv.state, &d2, prepared).await.unwrap().is_some());
+    let prepared =
+        spillway_server::jobs::compaction::prepare(&srv.state, &d2, second.len() as u64).await.unwrap().unwrap();
+    assert!(spillway_server::jobs::compaction::finish(&srv.state, &d2, prepared).await.unwrap().is_some());
     let now = srv.state.now();
     for p in &packs {
         assert!(!srv.state.db.claim_pack(p, now).await.unwrap(), "the pack is needed again");
@@ -304,7 +306,7 @@ async fn a_raw_copy_is_never_removed_under_a_raw_row() {
     srv.compact().await;
     delete_blob(&srv, &d).await;
     c.put(data.clone(), &ttl(3600)).await.unwrap();
-    assert!(!spillway_server::retention::delete_raw_copy(&srv.state, &d).await.unwrap(), "the row is raw");
+    assert!(!spillway_server::jobs::retention::delete_raw_copy(&srv.state, &d).await.unwrap(), "the row is raw");
     assert_eq!(c.get(d).await.unwrap().bytes().await.unwrap(), data);
     srv.stop().await;
 }

@@ -95,7 +95,7 @@ async fn reads_answered_before_the_router_are_the_routers_answers() {
     let d = c.put(Bytes::from(text), &UploadOptions::default()).await.unwrap().digest;
     let other = c.put(Bytes::from_static(b"small and inline\n"), &UploadOptions::default()).await.unwrap().digest;
     let redacted = srv.redacted_token("ns-a", &[spillway_server::auth::Scope::Read]).await;
-    let router = spillway_server::routes::router(srv.state.clone());
+    let router = spillway_server::http::routes::router(srv.state.clone());
     let early = || srv.state.reads_before_router.load(Ordering::Relaxed);
     let served = || async {
         let m = reqwest::get(format!("{}/metrics", srv.metrics_url)).await.unwrap().text().await.unwrap();

@@ -166,7 +166,7 @@ async fn bytes_without_a_row_are_swept_after_the_grace_and_the_lease() {
     assert!(srv.state.db.claim_orphan(&d, srv.state.now()).await.unwrap());
     let rec = c.put(orphan.clone(), &ttl(3600)).await.expect("the upload takes the claimed content back");
     // The sweep's second phase finds the row live and referenced, and leaves the bytes.
-    assert!(!spillway_server::retention::delete_claimed(&srv.state, &d).await.unwrap());
+    assert!(!spillway_server::jobs::retention::delete_claimed(&srv.state, &d).await.unwrap());
     assert_eq!(c.get(&rec.digest).await.unwrap().bytes().await.unwrap(), orphan);
     assert_eq!(
         c.stat(&rec.digest).await.unwrap().size,

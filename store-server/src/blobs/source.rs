@@ -1,0 +1,266 @@
+//! The service layer's first piece: what more than one handler needs to reach a blob —
+//! visibility in a namespace (with its caches) and a stored blob as a paging source. Handlers
+//! call it; they never import each other.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use spillway_api::paging::lines::{Checkpoint, LineIndex};
+use spillway_api::paging::Source;
+use spillway_api::{AnyDigest, Namespace};
+
+use crate::blobs::text::{EscapedPage, TextBlob};
+use crate::db::BlobRow;
+use crate::error::{ApiError, ApiResult};
+use crate::jobs::heavy::Pace;
+use crate::state::AppState;
+use crate::storage::BlobError;
+
+/// Resolves a digest in the caller's namespace, or `404` exactly as if it did not exist.
+pub async fn visible(state: &AppState, ns: &Namespace, d: &AnyDigest) -> ApiResult<Arc<BlobRow>> {
+    let now = state.now();
+    let not_found = || ApiError::NotFound(format!("blob {d}"));
+    let digest = match d {
+        AnyDigest::Blake3(b) => b,
+        AnyDigest::Sha256(s) => {
+            let row = state.db.visible_blob_by_sha256(ns, s, now).await?;
+            return row.map(Arc::new).ok_or_else(not_found);
+        }
+    };
+    if !state.visibility.visible(ns, digest, now) {
+        let until = state.db.visible_until(ns, digest, now).await?.ok_or_else(not_found)?;
+        state.visibility.remember(ns, digest, until);
+    }
+    if let Some(row) = state.blob_rows.get(digest) {
+        return Ok(row);
+    }
+    let row = Arc::new(state.db.blob_row(digest).await?.ok_or_else(not_found)?);
+    state.blob_rows.put(row.clone());
+    Ok(row)
+}
+
+/// What [`visible`] answers from this process's caches alone; `None` when it would ask the
+/// database (or the blob is not visible).
+pub(crate) fn visible_cached(state: &AppState, ns: &Namespace, d: &AnyDigest) -> Option<Arc<BlobRow>> {
+    let AnyDigest::Blake3(digest) = d else { return None };
+    if !state.visibility.visible(ns, digest, state.now()) {
+        return None;
+    }
+    state.blob_rows.get(digest)
+}
+
+/// A page of the capped read API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PageAsk {
+    /// `limit` bytes from `offset` (capped).
+    Bytes { offset: u64, limit: u64 },
+    /// `lines` whole lines from 1-based `line` (capped).
+    Lines { line: u64, lines: u64 },
+}
+
+/// A page of a stored blob from its escaped text (`blobs/text/`), or `None` when that page is to
+/// be cut the usual way (a small inline blob, no text cache, a page that is not plain text).
+pub(crate) async fn escaped_page(state: &AppState, row: &Arc<BlobRow>, ask: PageAsk) -> ApiResult<Option<EscapedPage>> {
+    let (Some(text), None) = (&state.text, &row.inline_data) else {
+        return Ok(None);
+    };
+    let blob = TextBlob { digest: &row.digest, size: row.size, lines: row.lines, line_index: &row.line_index };
+    let fetch = |r: Range<u64>| blob_range(state, row, r);
+    Ok(match ask {
+        PageAsk::Bytes { offset, limit } => text.byte_page(blob, offset, limit, fetch).await?,
+        PageAsk::Lines { line, lines } => text.line_page(blob, line, lines, fetch).await?,
+    })
+}
+
+/// The redacted form of plain page `page` (from [`escaped_page`]), from the secrets kept by
+/// block (`Source::kept_secrets`): with no secret, the plain page with `redactions: 0`; with
+/// some, the escaped text with marks in their place (`blobs/text/`), cut as a line page when
+/// `whole_lines`. `None` when the page is to be cut the usual way.
+pub(crate) async fn redacted_escaped_page(
+    state: &AppState,
+    row: &Arc<BlobRow>,
+    mut page: EscapedPage,
+    whole_lines: bool,
+) -> ApiResult<Option<EscapedPage>> {
+    let src = BlobSource::new(state, row)?;
+    let (lo, hi) = (page.page.offset, page.page.offset + page.page.length);
+    let spans = match spillway_api::paging::kept_spans(&src, &state.redactor, lo, hi).await? {
+        Some(spans) => spans,
+        None => return Ok(None),
+    };
+    if spans.is_empty() {
+        page.page.redactions = Some(0);
+        return Ok(Some(page));
+    }
+    let Some(text) = &state.text else {
+        return Ok(None);
+    };
+    let blob = TextBlob { digest: &row.digest, size: row.size, lines: row.lines, line_index: &row.line_index };
+    let fetch = |r: Range<u64>| blob_range(state, row, r);
+    Ok(text.marked_page(blob, &page.page, &spans, whole_lines, fetch).await?)
+}
+
+/// Bytes `range` of a stored blob, wherever they are now: in its row (inline), in its raw
+/// copy, or in its chunks once compacted. A row read before a compaction (here or on another
+/// replica), or before a deletion and a new upload of the same content, may name a layout
+/// that is gone: the bytes are then read as the row says now.
+pub async fn blob_range(state: &AppState, row: &BlobRow, range: Range<u64>) -> Result<Bytes, BlobError> {
+    if let Some(data) = &row.inline_data {
+        return Ok(Bytes::copy_from_slice(&data[range.start as usize..range.end as usize]));
+    }
+    match range_as(state, row, range.clone()).await {
+        Err(BlobError::NotFound) => match moved(state, row).await? {
+            Some(now) => range_as(state, &now, range).await,
+            None => Err(BlobError::NotFound),
+        },
+        other => other,
+    }
+}
+
+async fn range_as(state: &AppState, row: &BlobRow, range: Range<u64>) -> Result<Bytes, BlobError> {
+    if row.chunked {
+        state.chunks.read(&state.db, &state.blobs, &row.digest, range).await
+    } else {
+        state.blobs.get_range(&row.digest, row.size, range).await
+    }
+}
+
+/// Bytes `range` of a stored blob as a stream (a full download), wherever they are.
+pub async fn blob_stream(
+    state: &AppState,
+    row: &BlobRow,
+    range: Range<u64>,
+) -> Result<BoxStream<'static, Result<Bytes, BlobError>>, BlobError> {
+    if let Some(data) = &row.inline_data {
+        let data = Bytes::copy_from_slice(&data[range.start as usize..range.end as usize]);
+        return Ok(futures::stream::once(async move { Ok(data) }).boxed());
+    }
+    match stream_as(state, row, range.clone()).await {
+        Err(BlobError::NotFound) => match moved(state, row).await? {
+            Some(now) => stream_as(state, &now, range).await,
+            None => Err(BlobError::NotFound),
+        },
+        other => other,
+    }
+}
+
+async fn stream_as(
+    state: &AppState,
+    row: &BlobRow,
+    range: Range<u64>,
+) -> Result<BoxStream<'static, Result<Bytes, BlobError>>, BlobError> {
+    if row.chunked {
+        // Its chunk list read afresh: a download must not begin from a list that is gone.
+        state.chunks.forget(&row.digest);
+        state.chunks.stream(&state.db, &state.blobs, &row.digest, range).await
+    } else {
+        state.blobs.get_stream(&row.digest, range).await
+    }
+}
+
+/// The blob's row as the database has it now, when its layout is not the one `row` named
+/// (the cached row is renewed); `None` when it is the same, or gone.
+async fn moved(state: &AppState, row: &BlobRow) -> Result<Option<Arc<BlobRow>>, BlobError> {
+    let fresh = state.db.blob_row(&row.digest).await.map_err(|e| BlobError::Storage(e.into()))?;
+    Ok(match fresh {
+        Some(now) if now.chunked != row.chunked => {
+            let now = Arc::new(now);
+            state.blob_rows.put(now.clone());
+            state.chunks.forget(&row.digest);
+            Some(now)
+        }
+        _ => None,
+    })
+}
+
+/// A stored blob as a read source.
+pub struct BlobSource {
+    state: AppState,
+    row: Arc<BlobRow>,
+    index: LineIndex,
+    /// Whether each read starts fetching the bytes after it (see [`BlobSource::scanning`]).
+    ahead: bool,
+    /// Where a scan that gives way to requests stands (see [`BlobSource::giving_way`]).
+    pace: Option<std::sync::Mutex<Pace>>,
+}
+
+impl BlobSource {
+    /// The blob of `row`, for the paging code.
+    pub fn new(state: &AppState, row: &Arc<BlobRow>) -> ApiResult<Self> {
+        let index = LineIndex::decode(&row.line_index);
+        Ok(Self { state: state.clone(), row: row.clone(), index, ahead: false, pace: None })
+    }
+
+    /// The same source for a scan that gives way to requests between its windows, as a
+    /// compaction does (`Heavy::give_way`), its work counted from `pace`: a search across
+    /// outputs, which may scan for as long as its budget lets it, and more than one at a time.
+    pub fn giving_way(mut self, pace: Pace) -> Self {
+        self.pace = Some(std::sync::Mutex::new(pace));
+        self
+    }
+
+    /// The same source for a scan front to back (grep, search): each read of `n` bytes starts
+    /// fetching the `n` after it from the blob's backend (`BlobStore::read_ahead`), so that the
+    /// disk or S3 works while the scan reads these. Not a compacted blob: there the next bytes
+    /// cost a decompression, not a wait, and decompressing them ahead on a 2-core machine made
+    /// a search 1.4× slower (`docs/benchmarks.md`, "Reading ahead").
+    pub fn scanning(mut self) -> Self {
+        self.ahead = self.row.inline_data.is_none() && !self.row.chunked;
+        self
+    }
+
+    /// Starts fetching bytes `range` (cut at the blob's end), which a scan will read next.
+    pub fn fetch_ahead(&self, range: Range<u64>) {
+        let next = range.start..self.row.size.min(range.end);
+        if !self.ahead || next.is_empty() {
+            return;
+        }
+        self.state.blobs.read_ahead(&self.row.digest, self.row.size, next);
+    }
+}
+
+#[async_trait]
+impl Source for BlobSource {
+    type Error = BlobError;
+    fn size(&self) -> u64 {
+        self.row.size
+    }
+    fn total_lines(&self) -> u64 {
+        self.row.lines
+    }
+    fn digest(&self) -> Option<String> {
+        Some(self.row.digest.to_string())
+    }
+    async fn checkpoint_for_offset(&self, offset: u64) -> Result<Checkpoint, BlobError> {
+        Ok(self.index.for_offset(offset))
+    }
+    async fn checkpoint_for_line(&self, line: u64) -> Result<Checkpoint, BlobError> {
+        Ok(self.index.for_line(line))
+    }
+    async fn read(&self, start: u64, end: u64) -> Result<Bytes, BlobError> {
+        let bytes = blob_range(&self.state, &self.row, start..end).await?;
+        self.fetch_ahead(end..end + (end - start));
+        Ok(bytes)
+    }
+    async fn kept_secrets(
+        &self,
+        detector: &spillway_api::redact::Detector,
+        block: u64,
+    ) -> Option<spillway_api::paging::PageResult<Arc<[spillway_api::redact::Span]>, BlobError>> {
+        // Kept for the server's own detector only: what it finds in a block never changes.
+        if !std::ptr::eq(detector, &*self.state.redactor) {
+            return None;
+        }
+        let find = spillway_api::paging::block_secrets(self, detector, block);
+        Some(self.state.secrets.get(&self.row.digest, block, find).await)
+    }
+    async fn between_windows(&self) {
+        let pace = self.pace.as_ref();
+        let pause = pace.and_then(|p| self.state.heavy.pause_for(&mut p.lock().unwrap_or_else(|e| e.into_inner())));
+        crate::jobs::heavy::rest(pause).await;
+    }
+}
