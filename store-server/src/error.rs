@@ -2,6 +2,7 @@
 //! Details of server faults are logged, never sent.
 
 use crate::db::error::DbError;
+use crate::storage::backend::BlobError;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -131,9 +132,7 @@ impl From<DbError> for ApiError {
                 tracing::error!(cause = %cause, "database unavailable");
                 Self::Unavailable("the metadata database is unavailable; retry".into())
             }
-            DbError::Bytes(cause)
-                if matches!(cause.downcast_ref(), Some(crate::storage::backend::BlobError::Full(_))) =>
-            {
+            DbError::Bytes(cause) if matches!(cause.downcast_ref(), Some(BlobError::Full(_))) => {
                 tracing::error!(cause = %cause, "blob storage full");
                 Self::InsufficientStorage
             }
@@ -209,5 +208,54 @@ impl<E: Into<ApiError>> From<PageError<E>> for ApiError {
 impl From<std::convert::Infallible> for ApiError {
     fn from(never: std::convert::Infallible) -> Self {
         match never {}
+    }
+}
+
+/// Storage failures as the contract answers them; the cause goes to the log.
+impl From<BlobError> for ApiError {
+    fn from(e: BlobError) -> Self {
+        match e {
+            BlobError::TooLarge(max) => ApiError::TooLarge(max),
+            BlobError::Body(m) => ApiError::InvalidArgument(m),
+            BlobError::Full(cause) => {
+                tracing::error!(cause = %cause, "blob storage full");
+                ApiError::InsufficientStorage
+            }
+            BlobError::NotFound => {
+                tracing::error!("blob bytes missing from storage");
+                ApiError::Unavailable("the blob's bytes are being replaced; retry".into())
+            }
+            BlobError::Storage(cause) => {
+                tracing::error!(cause = %cause, "blob storage failed");
+                ApiError::Unavailable("blob storage is unavailable; retry".into())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::response::IntoResponse;
+
+    use super::*;
+
+    #[test]
+    fn storage_errors_map_to_the_contract() {
+        let full = ApiError::from(BlobError::from(std::io::Error::from(std::io::ErrorKind::StorageFull)));
+        assert_eq!(full.into_response().status(), 507);
+        let quota = ApiError::from(BlobError::from(std::io::Error::from(std::io::ErrorKind::QuotaExceeded)));
+        assert_eq!(quota.into_response().status(), 507);
+        // A full disk seen through object_store's layers is found by the kind of its cause.
+        let wrapped = object_store::Error::Generic {
+            store: "LocalFileSystem",
+            source: Box::new(std::io::Error::new(std::io::ErrorKind::StorageFull, "write failed")),
+        };
+        let full = BlobError::from(wrapped);
+        assert!(matches!(full, BlobError::Full(_)), "{full:?}");
+        assert!(std::error::Error::source(&full).is_some(), "the cause is kept");
+        assert_eq!(ApiError::from(full).into_response().status(), 507);
+        let down = ApiError::from(BlobError::storage("connection refused"));
+        assert_eq!(down.into_response().status(), 503);
+        assert_eq!(ApiError::from(BlobError::TooLarge(10)).into_response().status(), 413);
     }
 }

@@ -29,8 +29,7 @@ pub mod storage;
 pub mod streams;
 pub mod testing;
 
-pub use auth::ensure_first_token;
 pub use config::Config;
 pub use http::server::{serve, serve_metrics};
 pub use jobs::retention::run_retention_once;
-pub use state::{build_state, AppState};
+pub use state::{build_state, ensure_first_token, AppState};

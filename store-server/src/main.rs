@@ -364,12 +364,13 @@ async fn main() -> anyhow::Result<()> {
         }
         Some(Command::Compact { older_than }) => {
             let summary =
-                spillway_server::jobs::compaction::run_compaction_once(&state, Duration::from_secs(older_than)).await?;
+                spillway_server::jobs::compaction::run_compaction_once(&state.jobs, Duration::from_secs(older_than))
+                    .await?;
             println!("{}", serde_json::to_string(&summary)?);
         }
         Some(Command::Stats) => println!("{}", serde_json::to_string(&state.db.storage_stats().await?)?),
         Some(Command::Retention { dry_run, .. }) => {
-            let summary = spillway_server::run_retention_once(&state, dry_run).await?;
+            let summary = spillway_server::run_retention_once(&state.jobs, dry_run).await?;
             println!("{}", serde_json::to_string(&summary)?);
         }
     }

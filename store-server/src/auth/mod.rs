@@ -1,16 +1,25 @@
 //! Bearer tokens: each belongs to one namespace and carries scopes. Only their SHA-256 is
-//! stored; a token is 32 random bytes, so a fast hash is enough.
+//! stored; a token is 32 random bytes, so a fast hash is enough. [`Tokens`] is the handle
+//! the HTTP edge authenticates with: the token rows behind this replica's cache. (The axum
+//! extractor that calls it is the edge's, in `http/routes/extract.rs`.)
 
-use axum::extract::FromRequestParts;
+use std::sync::Arc;
+use std::time::Duration;
+
 use axum::http::header::AUTHORIZATION;
-use axum::http::request::Parts;
+use axum::http::HeaderMap;
 use rand::RngCore;
 use sha2::{Digest as _, Sha256};
 
 use spillway_api::Namespace;
 
+use crate::clock::Clock;
+use crate::db::Db;
 use crate::error::ApiError;
-use crate::state::AppState;
+
+mod cache;
+
+use cache::TokenCache;
 
 pub use spillway_api::Scope;
 
@@ -53,7 +62,7 @@ impl Caller {
 
 /// Where the request log finds the caller's namespace once the token has been checked.
 #[derive(Debug, Clone, Default)]
-pub struct NamespaceSlot(std::sync::Arc<std::sync::OnceLock<String>>);
+pub struct NamespaceSlot(pub(crate) std::sync::Arc<std::sync::OnceLock<String>>);
 
 impl NamespaceSlot {
     /// The namespace, when a token was accepted.
@@ -95,14 +104,57 @@ pub async fn create_token_with(
     Ok(token)
 }
 
-/// The caller of a request whose token this replica has in its cache; `None` when
-/// [`authenticate`] would have more to do (no token, a malformed header, a token not cached).
-pub(crate) fn cached_caller(headers: &axum::http::HeaderMap, state: &AppState) -> Option<Caller> {
-    cached(state, &hash_token(token_of(headers).ok()?))
+/// What authenticates requests: token rows, and the tokens this replica checked lately.
+#[derive(Clone)]
+pub struct Tokens {
+    db: Db,
+    cache: Arc<TokenCache>,
+    /// How long a checked token is trusted without asking the database again (a revoked
+    /// token is refused by every replica within this).
+    ttl: Duration,
+    clock: Arc<dyn Clock>,
+}
+
+impl Tokens {
+    /// Tokens of `db`, each trusted for `ttl` once checked.
+    pub fn new(db: Db, ttl: Duration, clock: Arc<dyn Clock>) -> Self {
+        Self { db, cache: Arc::default(), ttl, clock }
+    }
+
+    /// The caller of a request whose token this replica has in its cache; `None` when
+    /// [`Tokens::authenticate`] would have more to do (no token, a malformed header, a token
+    /// not cached).
+    pub(crate) fn cached_caller(&self, headers: &HeaderMap) -> Option<Caller> {
+        self.cached(&hash_token(token_of(headers).ok()?))
+    }
+
+    /// The caller of a request, from its `Authorization` header: the cache, else one lookup.
+    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        let hash = hash_token(token_of(headers)?);
+        if let Some(caller) = self.cached(&hash) {
+            return Ok(caller);
+        }
+        let row = self.db.find_token(&hash).await?.ok_or(ApiError::Unauthorized("unknown token"))?;
+        // Marked used at most once per cache period per replica: no write per request.
+        let (db, now, h) = (self.db.clone(), self.clock.now_ms(), hash.clone());
+        tokio::spawn(async move {
+            if let Err(e) = db.touch_token(&h, now).await {
+                tracing::debug!(cause = %e, "could not record a token's last use");
+            }
+        });
+        self.cache.put(hash, row.clone());
+        Ok(Caller { namespace: row.namespace, scopes: row.scopes, redacted: row.redacted })
+    }
+
+    /// The caller holding the token whose hash is `hash`, if this replica has it in its cache.
+    fn cached(&self, hash: &str) -> Option<Caller> {
+        let grant = self.cache.get(hash, self.ttl)?;
+        Some(Caller { namespace: grant.namespace, scopes: grant.scopes, redacted: grant.redacted })
+    }
 }
 
 /// The token of a request's `Authorization` header, or why it has none.
-fn token_of(headers: &axum::http::HeaderMap) -> Result<&str, ApiError> {
+fn token_of(headers: &HeaderMap) -> Result<&str, ApiError> {
     let header =
         headers.get(AUTHORIZATION).ok_or(ApiError::Unauthorized("missing Authorization: Bearer <token> header"))?;
     header
@@ -112,65 +164,9 @@ fn token_of(headers: &axum::http::HeaderMap) -> Result<&str, ApiError> {
         .ok_or(ApiError::Unauthorized("malformed Authorization header: expected Bearer <token>"))
 }
 
-/// The caller holding the token whose hash is `hash`, if this replica has it in its cache.
-fn cached(state: &AppState, hash: &str) -> Option<Caller> {
-    let grant = state.token_cache.get(hash, state.config.token_cache_ttl)?;
-    Some(Caller { namespace: grant.namespace, scopes: grant.scopes, redacted: grant.redacted })
-}
-
 /// The token of an `Authorization` header: the scheme is case-insensitive (RFC 9110 §11.1).
 fn bearer(value: &str) -> Option<&str> {
     let (scheme, token) = value.split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() && token.len() <= 256).then_some(token)
-}
-
-async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
-    let hash = hash_token(token_of(&parts.headers)?);
-    if let Some(caller) = cached(state, &hash) {
-        return Ok(caller);
-    }
-    let row = state.db.find_token(&hash).await?.ok_or(ApiError::Unauthorized("unknown token"))?;
-    // Marked used at most once per cache period per replica: no write per request.
-    let (db, now, h) = (state.db.clone(), state.now(), hash.clone());
-    tokio::spawn(async move {
-        if let Err(e) = db.touch_token(&h, now).await {
-            tracing::debug!(cause = %e, "could not record a token's last use");
-        }
-    });
-    state.token_cache.put(hash, row.clone());
-    Ok(Caller { namespace: row.namespace, scopes: row.scopes, redacted: row.redacted })
-}
-
-impl FromRequestParts<AppState> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let caller = authenticate(parts, state).await?;
-        if let Some(slot) = parts.extensions.get::<NamespaceSlot>() {
-            let _ = slot.0.set(caller.namespace.to_string());
-        }
-        Ok(caller)
-    }
-}
-
-/// On a first start (no tokens at all) creates an all-scopes token for namespace `default`
-/// and writes it to `<data_dir>/token` with mode 0600. Returns the file when it did.
-pub async fn ensure_first_token(state: &AppState) -> anyhow::Result<Option<std::path::PathBuf>> {
-    if state.db.count_tokens().await? > 0 {
-        return Ok(None);
-    }
-    let token = create_token(&state.db, "default", &[Scope::Read, Scope::Write, Scope::Admin], state.now()).await?;
-    let path = state.config.data_dir.join("token");
-    write_private(&path, format!("{token}\n").as_bytes())?;
-    tracing::info!(path = %path.display(), namespace = "default", "first start: created a token with all scopes");
-    Ok(Some(path))
-}
-
-fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-    f.write_all(data)?;
-    f.sync_all()
 }

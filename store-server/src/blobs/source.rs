@@ -14,43 +14,43 @@ use spillway_api::paging::Source;
 use spillway_api::{AnyDigest, Namespace};
 
 use crate::blobs::text::{EscapedPage, TextBlob};
+use crate::blobs::Blobs;
 use crate::db::BlobRow;
 use crate::error::{ApiError, ApiResult};
 use crate::jobs::heavy::Pace;
-use crate::state::AppState;
 use crate::storage::BlobError;
 
 /// Resolves a digest in the caller's namespace, or `404` exactly as if it did not exist.
-pub async fn visible(state: &AppState, ns: &Namespace, d: &AnyDigest) -> ApiResult<Arc<BlobRow>> {
-    let now = state.now();
+pub async fn visible(blobs: &Blobs, ns: &Namespace, d: &AnyDigest) -> ApiResult<Arc<BlobRow>> {
+    let now = blobs.now();
     let not_found = || ApiError::NotFound(format!("blob {d}"));
     let digest = match d {
         AnyDigest::Blake3(b) => b,
         AnyDigest::Sha256(s) => {
-            let row = state.db.visible_blob_by_sha256(ns, s, now).await?;
+            let row = blobs.db.visible_blob_by_sha256(ns, s, now).await?;
             return row.map(Arc::new).ok_or_else(not_found);
         }
     };
-    if !state.visibility.visible(ns, digest, now) {
-        let until = state.db.visible_until(ns, digest, now).await?.ok_or_else(not_found)?;
-        state.visibility.remember(ns, digest, until);
+    if !blobs.visibility.visible(ns, digest, now) {
+        let until = blobs.db.visible_until(ns, digest, now).await?.ok_or_else(not_found)?;
+        blobs.visibility.remember(ns, digest, until);
     }
-    if let Some(row) = state.blob_rows.get(digest) {
+    if let Some(row) = blobs.rows.get(digest) {
         return Ok(row);
     }
-    let row = Arc::new(state.db.blob_row(digest).await?.ok_or_else(not_found)?);
-    state.blob_rows.put(row.clone());
+    let row = Arc::new(blobs.db.blob_row(digest).await?.ok_or_else(not_found)?);
+    blobs.rows.put(row.clone());
     Ok(row)
 }
 
 /// What [`visible`] answers from this process's caches alone; `None` when it would ask the
 /// database (or the blob is not visible).
-pub(crate) fn visible_cached(state: &AppState, ns: &Namespace, d: &AnyDigest) -> Option<Arc<BlobRow>> {
+pub(crate) fn visible_cached(blobs: &Blobs, ns: &Namespace, d: &AnyDigest) -> Option<Arc<BlobRow>> {
     let AnyDigest::Blake3(digest) = d else { return None };
-    if !state.visibility.visible(ns, digest, state.now()) {
+    if !blobs.visibility.visible(ns, digest, blobs.now()) {
         return None;
     }
-    state.blob_rows.get(digest)
+    blobs.rows.get(digest)
 }
 
 /// A page of the capped read API.
@@ -64,12 +64,12 @@ pub(crate) enum PageAsk {
 
 /// A page of a stored blob from its escaped text (`blobs/text/`), or `None` when that page is to
 /// be cut the usual way (a small inline blob, no text cache, a page that is not plain text).
-pub(crate) async fn escaped_page(state: &AppState, row: &Arc<BlobRow>, ask: PageAsk) -> ApiResult<Option<EscapedPage>> {
-    let (Some(text), None) = (&state.text, &row.inline_data) else {
+pub(crate) async fn escaped_page(blobs: &Blobs, row: &Arc<BlobRow>, ask: PageAsk) -> ApiResult<Option<EscapedPage>> {
+    let (Some(text), None) = (&blobs.text, &row.inline_data) else {
         return Ok(None);
     };
     let blob = TextBlob { digest: &row.digest, size: row.size, lines: row.lines, line_index: &row.line_index };
-    let fetch = |r: Range<u64>| blob_range(state, row, r);
+    let fetch = |r: Range<u64>| blob_range(blobs, row, r);
     Ok(match ask {
         PageAsk::Bytes { offset, limit } => text.byte_page(blob, offset, limit, fetch).await?,
         PageAsk::Lines { line, lines } => text.line_page(blob, line, lines, fetch).await?,
@@ -81,14 +81,14 @@ pub(crate) async fn escaped_page(state: &AppState, row: &Arc<BlobRow>, ask: Page
 /// some, the escaped text with marks in their place (`blobs/text/`), cut as a line page when
 /// `whole_lines`. `None` when the page is to be cut the usual way.
 pub(crate) async fn redacted_escaped_page(
-    state: &AppState,
+    blobs: &Blobs,
     row: &Arc<BlobRow>,
     mut page: EscapedPage,
     whole_lines: bool,
 ) -> ApiResult<Option<EscapedPage>> {
-    let src = BlobSource::new(state, row)?;
+    let src = BlobSource::new(blobs, row)?;
     let (lo, hi) = (page.page.offset, page.page.offset + page.page.length);
-    let spans = match spillway_api::paging::kept_spans(&src, &state.redactor, lo, hi).await? {
+    let spans = match spillway_api::paging::kept_spans(&src, &blobs.redactor, lo, hi).await? {
         Some(spans) => spans,
         None => return Ok(None),
     };
@@ -96,11 +96,11 @@ pub(crate) async fn redacted_escaped_page(
         page.page.redactions = Some(0);
         return Ok(Some(page));
     }
-    let Some(text) = &state.text else {
+    let Some(text) = &blobs.text else {
         return Ok(None);
     };
     let blob = TextBlob { digest: &row.digest, size: row.size, lines: row.lines, line_index: &row.line_index };
-    let fetch = |r: Range<u64>| blob_range(state, row, r);
+    let fetch = |r: Range<u64>| blob_range(blobs, row, r);
     Ok(text.marked_page(blob, &page.page, &spans, whole_lines, fetch).await?)
 }
 
@@ -108,30 +108,30 @@ pub(crate) async fn redacted_escaped_page(
 /// copy, or in its chunks once compacted. A row read before a compaction (here or on another
 /// replica), or before a deletion and a new upload of the same content, may name a layout
 /// that is gone: the bytes are then read as the row says now.
-pub async fn blob_range(state: &AppState, row: &BlobRow, range: Range<u64>) -> Result<Bytes, BlobError> {
+pub async fn blob_range(blobs: &Blobs, row: &BlobRow, range: Range<u64>) -> Result<Bytes, BlobError> {
     if let Some(data) = &row.inline_data {
         return Ok(Bytes::copy_from_slice(&data[range.start as usize..range.end as usize]));
     }
-    match range_as(state, row, range.clone()).await {
-        Err(BlobError::NotFound) => match moved(state, row).await? {
-            Some(now) => range_as(state, &now, range).await,
+    match range_as(blobs, row, range.clone()).await {
+        Err(BlobError::NotFound) => match moved(blobs, row).await? {
+            Some(now) => range_as(blobs, &now, range).await,
             None => Err(BlobError::NotFound),
         },
         other => other,
     }
 }
 
-async fn range_as(state: &AppState, row: &BlobRow, range: Range<u64>) -> Result<Bytes, BlobError> {
+async fn range_as(blobs: &Blobs, row: &BlobRow, range: Range<u64>) -> Result<Bytes, BlobError> {
     if row.chunked {
-        state.chunks.read(&state.db, &state.blobs, &row.digest, range).await
+        blobs.chunks.read(&blobs.db, &blobs.store, &row.digest, range).await
     } else {
-        state.blobs.get_range(&row.digest, row.size, range).await
+        blobs.store.get_range(&row.digest, row.size, range).await
     }
 }
 
 /// Bytes `range` of a stored blob as a stream (a full download), wherever they are.
 pub async fn blob_stream(
-    state: &AppState,
+    blobs: &Blobs,
     row: &BlobRow,
     range: Range<u64>,
 ) -> Result<BoxStream<'static, Result<Bytes, BlobError>>, BlobError> {
@@ -139,9 +139,9 @@ pub async fn blob_stream(
         let data = Bytes::copy_from_slice(&data[range.start as usize..range.end as usize]);
         return Ok(futures::stream::once(async move { Ok(data) }).boxed());
     }
-    match stream_as(state, row, range.clone()).await {
-        Err(BlobError::NotFound) => match moved(state, row).await? {
-            Some(now) => stream_as(state, &now, range).await,
+    match stream_as(blobs, row, range.clone()).await {
+        Err(BlobError::NotFound) => match moved(blobs, row).await? {
+            Some(now) => stream_as(blobs, &now, range).await,
             None => Err(BlobError::NotFound),
         },
         other => other,
@@ -149,28 +149,28 @@ pub async fn blob_stream(
 }
 
 async fn stream_as(
-    state: &AppState,
+    blobs: &Blobs,
     row: &BlobRow,
     range: Range<u64>,
 ) -> Result<BoxStream<'static, Result<Bytes, BlobError>>, BlobError> {
     if row.chunked {
         // Its chunk list read afresh: a download must not begin from a list that is gone.
-        state.chunks.forget(&row.digest);
-        state.chunks.stream(&state.db, &state.blobs, &row.digest, range).await
+        blobs.chunks.forget(&row.digest);
+        blobs.chunks.stream(&blobs.db, &blobs.store, &row.digest, range).await
     } else {
-        state.blobs.get_stream(&row.digest, range).await
+        blobs.store.get_stream(&row.digest, range).await
     }
 }
 
 /// The blob's row as the database has it now, when its layout is not the one `row` named
 /// (the cached row is renewed); `None` when it is the same, or gone.
-async fn moved(state: &AppState, row: &BlobRow) -> Result<Option<Arc<BlobRow>>, BlobError> {
-    let fresh = state.db.blob_row(&row.digest).await.map_err(|e| BlobError::Storage(e.into()))?;
+async fn moved(blobs: &Blobs, row: &BlobRow) -> Result<Option<Arc<BlobRow>>, BlobError> {
+    let fresh = blobs.db.blob_row(&row.digest).await.map_err(|e| BlobError::Storage(e.into()))?;
     Ok(match fresh {
         Some(now) if now.chunked != row.chunked => {
             let now = Arc::new(now);
-            state.blob_rows.put(now.clone());
-            state.chunks.forget(&row.digest);
+            blobs.rows.put(now.clone());
+            blobs.chunks.forget(&row.digest);
             Some(now)
         }
         _ => None,
@@ -179,7 +179,7 @@ async fn moved(state: &AppState, row: &BlobRow) -> Result<Option<Arc<BlobRow>>, 
 
 /// A stored blob as a read source.
 pub struct BlobSource {
-    state: AppState,
+    blobs: Blobs,
     row: Arc<BlobRow>,
     index: LineIndex,
     /// Whether each read starts fetching the bytes after it (see [`BlobSource::scanning`]).
@@ -190,9 +190,9 @@ pub struct BlobSource {
 
 impl BlobSource {
     /// The blob of `row`, for the paging code.
-    pub fn new(state: &AppState, row: &Arc<BlobRow>) -> ApiResult<Self> {
+    pub fn new(blobs: &Blobs, row: &Arc<BlobRow>) -> ApiResult<Self> {
         let index = LineIndex::decode(&row.line_index);
-        Ok(Self { state: state.clone(), row: row.clone(), index, ahead: false, pace: None })
+        Ok(Self { blobs: blobs.clone(), row: row.clone(), index, ahead: false, pace: None })
     }
 
     /// The same source for a scan that gives way to requests between its windows, as a
@@ -219,7 +219,7 @@ impl BlobSource {
         if !self.ahead || next.is_empty() {
             return;
         }
-        self.state.blobs.read_ahead(&self.row.digest, self.row.size, next);
+        self.blobs.store.read_ahead(&self.row.digest, self.row.size, next);
     }
 }
 
@@ -242,7 +242,7 @@ impl Source for BlobSource {
         Ok(self.index.for_line(line))
     }
     async fn read(&self, start: u64, end: u64) -> Result<Bytes, BlobError> {
-        let bytes = blob_range(&self.state, &self.row, start..end).await?;
+        let bytes = blob_range(&self.blobs, &self.row, start..end).await?;
         self.fetch_ahead(end..end + (end - start));
         Ok(bytes)
     }
@@ -252,15 +252,15 @@ impl Source for BlobSource {
         block: u64,
     ) -> Option<spillway_api::paging::PageResult<Arc<[spillway_api::redact::Span]>, BlobError>> {
         // Kept for the server's own detector only: what it finds in a block never changes.
-        if !std::ptr::eq(detector, &*self.state.redactor) {
+        if !std::ptr::eq(detector, &*self.blobs.redactor) {
             return None;
         }
         let find = spillway_api::paging::block_secrets(self, detector, block);
-        Some(self.state.secrets.get(&self.row.digest, block, find).await)
+        Some(self.blobs.secrets.get(&self.row.digest, block, find).await)
     }
     async fn between_windows(&self) {
         let pace = self.pace.as_ref();
-        let pause = pace.and_then(|p| self.state.heavy.pause_for(&mut p.lock().unwrap_or_else(|e| e.into_inner())));
+        let pause = pace.and_then(|p| self.blobs.heavy.pause_for(&mut p.lock().unwrap_or_else(|e| e.into_inner())));
         crate::jobs::heavy::rest(pause).await;
     }
 }

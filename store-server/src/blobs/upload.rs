@@ -8,11 +8,11 @@ use futures::Stream;
 use spillway_api::{AnyDigest, BlobRecord, Digest, Labels, Namespace, Sha256Digest};
 use tracing::instrument;
 
+use crate::blobs::{Blobs, Probes};
 use crate::clock::rfc3339;
 use crate::db::{BlobRow, NewRef};
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, UploadRaces};
-use crate::storage::{BlobError, Staged, INLINE_MAX};
+use crate::storage::{Staged, INLINE_MAX};
 
 /// The reference an upload makes.
 #[derive(Debug, Clone)]
@@ -32,31 +32,10 @@ pub struct Stored {
     pub record: BlobRecord,
 }
 
-impl From<BlobError> for ApiError {
-    fn from(e: BlobError) -> Self {
-        match e {
-            BlobError::TooLarge(max) => ApiError::TooLarge(max),
-            BlobError::Body(m) => ApiError::InvalidArgument(m),
-            BlobError::Full(cause) => {
-                tracing::error!(cause = %cause, "blob storage full");
-                ApiError::InsufficientStorage
-            }
-            BlobError::NotFound => {
-                tracing::error!("blob bytes missing from storage");
-                ApiError::Unavailable("the blob's bytes are being replaced; retry".into())
-            }
-            BlobError::Storage(cause) => {
-                tracing::error!(cause = %cause, "blob storage failed");
-                ApiError::Unavailable("blob storage is unavailable; retry".into())
-            }
-        }
-    }
-}
-
 /// Receives, verifies and stores a body, then references it in the caller's namespace.
 #[instrument(skip_all, fields(namespace = %spec.namespace))]
 pub async fn store<S, E>(
-    state: &AppState,
+    blobs: &Blobs,
     expected: Option<AnyDigest>,
     spec: &RefSpec,
     body: S,
@@ -66,10 +45,10 @@ where
     S: Stream<Item = Result<Bytes, E>> + Send,
     E: std::fmt::Display,
 {
-    let direct = direct_key(state, expected, size_hint);
-    let staged = state.blobs.stage(body, state.config.max_blob_bytes, size_hint, direct).await?;
-    let result = commit(state, expected, spec, &staged).await;
-    state.blobs.discard(staged).await;
+    let direct = direct_key(blobs, expected, size_hint);
+    let staged = blobs.store.stage(body, blobs.max_blob_bytes, size_hint, direct).await?;
+    let result = commit(blobs, expected, spec, &staged).await;
+    blobs.store.discard(staged).await;
     if let Ok(s) = &result {
         metrics::counter!("spillway_bytes_in_total").increment(s.record.size);
         if s.record.deduplicated {
@@ -85,9 +64,9 @@ where
 /// namespace what another holds. The multipart upload is completed inside the transaction
 /// that references it, only if the row needs its bytes; else it is aborted (the stored copy
 /// stays untouched). Bodies announced as small enough to be inline stay in memory.
-fn direct_key(state: &AppState, expected: Option<AnyDigest>, size_hint: Option<u64>) -> Option<Digest> {
+fn direct_key(blobs: &Blobs, expected: Option<AnyDigest>, size_hint: Option<u64>) -> Option<Digest> {
     let Some(AnyDigest::Blake3(d)) = expected else { return None };
-    if !state.blobs.writes_direct() || size_hint.is_some_and(|n| n <= INLINE_MAX as u64) {
+    if !blobs.store.writes_direct() || size_hint.is_some_and(|n| n <= INLINE_MAX as u64) {
         return None;
     }
     Some(d)
@@ -106,19 +85,19 @@ fn check(expected: Option<AnyDigest>, staged: &Staged) -> ApiResult<()> {
     }
 }
 
-async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, staged: &Staged) -> ApiResult<Stored> {
+async fn commit(blobs: &Blobs, expected: Option<AnyDigest>, spec: &RefSpec, staged: &Staged) -> ApiResult<Stored> {
     check(expected, staged)?;
-    check_quota(state, &spec.namespace, staged).await?;
+    check_quota(blobs, &spec.namespace, staged).await?;
     let inside = staged.is_direct();
-    let publish = if inside { state.blobs.publisher(staged) } else { None };
+    let publish = if inside { blobs.store.publisher(staged) } else { None };
     // What the database says of this content now, to try the likely statement first.
     // Inline blobs, nearly always new, skip the look, and so does a write with nothing to
     // complete inside it on SQLite: `Db::add_ref` makes it on the writer's own connection,
     // which reads the row in its transaction and has no use for the look.
-    let hint = if staged.inline().is_some() || (publish.is_none() && state.db.writes_natively()) {
+    let hint = if staged.inline().is_some() || (publish.is_none() && blobs.db.writes_natively()) {
         None
     } else {
-        state.db.blob_state(&staged.digest).await?
+        blobs.db.blob_state(&staged.digest).await?
     };
     // Bytes first, then the row that points to them (a crash in between leaves bytes without a
     // row, which retention sweeps; never a row without bytes). Stored content is published
@@ -127,10 +106,10 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
     // Bytes written straight to their key are completed inside the row's transaction
     // (`Db::add_ref`), and only if the row needs them.
     if !inside {
-        state.blobs.publish(staged).await?;
+        blobs.store.publish(staged).await?;
     }
     // The reference lives `ttl` from the moment it is written, not from when the body began.
-    let now = state.now();
+    let now = blobs.now();
     let expires_at = spec.ttl_ms.map(|t| now.saturating_add(t));
     let new_ref = NewRef {
         namespace: spec.namespace.clone(),
@@ -139,19 +118,18 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
         expires_at,
         pin_reason: None,
     };
-    let done = state.db.add_ref(&blob_row(staged), &new_ref, now, hint, publish).await?;
+    let done = blobs.db.add_ref(&blob_row(staged), &new_ref, now, hint, publish).await?;
     if done.took_back {
-        UploadRaces::count(&state.races.took_back);
+        Probes::count(&blobs.probes.took_back);
         tracing::info!(digest = %staged.digest, "took back content that retention was deleting");
     }
     // A deletion that held the content's row before ours (claimed, its bytes going) may have
     // removed the bytes we published before our row went in. Our reference now keeps every
     // deleter away: one look, and publish again from the staged copy if needed. (Bytes
     // published inside our transaction, or a live row kept, cannot have lost them so.)
-    if !inside && staged.inline().is_none() && !state.blobs.exists(&staged.digest).await? {
+    if !inside && staged.inline().is_none() && !blobs.store.exists(&staged.digest).await? {
         tracing::warn!(digest = %staged.digest, "bytes removed by a deletion that raced this upload; publishing again");
-        UploadRaces::count(&state.races.published_again);
-        state.blobs.publish(staged).await?;
+        blobs.store.publish(staged).await?;
     }
     Ok(Stored {
         record: BlobRecord {
@@ -167,11 +145,11 @@ async fn commit(state: &AppState, expected: Option<AnyDigest>, spec: &RefSpec, s
 
 /// With `--namespace-quota-bytes`: refuses content the namespace does not hold yet when it
 /// would pass the quota. (Looks at this namespace alone: what others store never shows.)
-async fn check_quota(state: &AppState, ns: &spillway_api::Namespace, staged: &Staged) -> ApiResult<()> {
-    let Some(quota) = state.config.namespace_quota_bytes else { return Ok(()) };
-    let now = state.now();
-    let used = state.db.namespace_usage(ns, now).await?;
-    if used.saturating_add(staged.size) > quota && !state.db.holds_blob(ns, &staged.digest, now).await? {
+async fn check_quota(blobs: &Blobs, ns: &spillway_api::Namespace, staged: &Staged) -> ApiResult<()> {
+    let Some(quota) = blobs.namespace_quota_bytes else { return Ok(()) };
+    let now = blobs.now();
+    let used = blobs.db.namespace_usage(ns, now).await?;
+    if used.saturating_add(staged.size) > quota && !blobs.db.holds_blob(ns, &staged.digest, now).await? {
         return Err(ApiError::QuotaExceeded { quota, used });
     }
     Ok(())
@@ -187,32 +165,5 @@ fn blob_row(staged: &Staged) -> BlobRow {
         line_index: staged.index.encode(),
         inline_data: staged.inline().map(|b| b.to_vec()),
         chunked: false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use axum::response::IntoResponse;
-
-    use super::*;
-
-    #[test]
-    fn storage_errors_map_to_the_contract() {
-        let full = ApiError::from(BlobError::from(std::io::Error::from(std::io::ErrorKind::StorageFull)));
-        assert_eq!(full.into_response().status(), 507);
-        let quota = ApiError::from(BlobError::from(std::io::Error::from(std::io::ErrorKind::QuotaExceeded)));
-        assert_eq!(quota.into_response().status(), 507);
-        // A full disk seen through object_store's layers is found by the kind of its cause.
-        let wrapped = object_store::Error::Generic {
-            store: "LocalFileSystem",
-            source: Box::new(std::io::Error::new(std::io::ErrorKind::StorageFull, "write failed")),
-        };
-        let full = BlobError::from(wrapped);
-        assert!(matches!(full, BlobError::Full(_)), "{full:?}");
-        assert!(std::error::Error::source(&full).is_some(), "the cause is kept");
-        assert_eq!(ApiError::from(full).into_response().status(), 507);
-        let down = ApiError::from(BlobError::storage("connection refused"));
-        assert_eq!(down.into_response().status(), 503);
-        assert_eq!(ApiError::from(BlobError::TooLarge(10)).into_response().status(), 413);
     }
 }

@@ -33,10 +33,10 @@ pub async fn serve(
     crate::http::routes::install_metrics();
     let cancel = CancellationToken::new();
     let st = state.clone();
-    tokio::spawn(async move { crate::jobs::retention::report_storage(&st).await });
-    let retention = tokio::spawn(run_retention(state.clone(), state.config.retention_interval, cancel.clone()));
+    tokio::spawn(async move { crate::jobs::retention::report_storage(&st.jobs).await });
+    let retention = tokio::spawn(run_retention(state.jobs.clone(), state.config.retention_interval, cancel.clone()));
     let compaction = tokio::spawn(crate::jobs::compaction::run_compaction(
-        state.clone(),
+        state.jobs.clone(),
         state.config.compact_interval,
         cancel.clone(),
     ));

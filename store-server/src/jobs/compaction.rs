@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::chunks::{self, Chunker, Piece};
 use crate::db::{ChunkLoc, Compacted, NewPack};
-use crate::state::AppState;
+use crate::jobs::Jobs;
 use crate::storage::BlobError;
 
 const PAGE: i64 = 200;
@@ -37,11 +37,11 @@ fn holder() -> &'static str {
 }
 
 /// One pass over every raw blob written more than `older_than` ago (all of them with zero).
-pub async fn run_compaction_once(state: &AppState, older_than: Duration) -> anyhow::Result<CompactionSummary> {
+pub async fn run_compaction_once(jobs: &Jobs, older_than: Duration) -> anyhow::Result<CompactionSummary> {
     let mut s = CompactionSummary::default();
-    let now = state.now();
-    let lease = state.config.compaction_lease.as_millis() as i64;
-    if !state.db.take_lease(LEASE, holder(), now, now + lease).await? {
+    let now = jobs.now();
+    let lease = jobs.config.compaction_lease.as_millis() as i64;
+    if !jobs.blobs.db.take_lease(LEASE, holder(), now, now + lease).await? {
         tracing::debug!("another server is compacting");
         return Ok(s);
     }
@@ -49,14 +49,14 @@ pub async fn run_compaction_once(state: &AppState, older_than: Duration) -> anyh
     let mut after: Option<Digest> = None;
     let result = async {
         loop {
-            let page = state.db.compactable(before, after.as_ref(), PAGE).await?;
+            let page = jobs.blobs.db.compactable(before, after.as_ref(), PAGE).await?;
             for (digest, size) in &page {
-                let now = state.now();
+                let now = jobs.now();
                 anyhow::ensure!(
-                    state.db.take_lease(LEASE, holder(), now, now + lease).await?,
+                    jobs.blobs.db.take_lease(LEASE, holder(), now, now + lease).await?,
                     "the compaction lease was lost"
                 );
-                match compact_one(state, digest, *size).await {
+                match compact_one(jobs, digest, *size).await {
                     Ok(Some(after_bytes)) => {
                         s.blobs_compacted += 1;
                         s.bytes_before += size;
@@ -73,9 +73,9 @@ pub async fn run_compaction_once(state: &AppState, older_than: Duration) -> anyh
         }
     }
     .await;
-    state.db.release_lease(LEASE, holder()).await?;
+    jobs.blobs.db.release_lease(LEASE, holder()).await?;
     result?;
-    crate::jobs::retention::report_storage(state).await;
+    crate::jobs::retention::report_storage(jobs).await;
     Ok(s)
 }
 
@@ -104,28 +104,28 @@ impl Packs {
         });
     }
 
-    async fn flush(&mut self, state: &AppState) -> Result<(), BlobError> {
+    async fn flush(&mut self, jobs: &Jobs) -> Result<(), BlobError> {
         if self.current.is_empty() {
             return Ok(());
         }
         let data: Bytes = std::mem::take(&mut self.current).freeze();
         let size = data.len() as u64;
-        state.blobs.put_pack(&self.id, data).await?;
+        jobs.blobs.store.put_pack(&self.id, data).await?;
         self.written.push(NewPack { id: std::mem::take(&mut self.id), size });
         Ok(())
     }
 
     /// Removes what was written (the compaction gave up; no row names these packs).
-    async fn discard(&self, state: &AppState) {
+    async fn discard(&self, jobs: &Jobs) {
         for p in &self.written {
-            let _ = state.blobs.delete_pack(&p.id).await;
+            let _ = jobs.blobs.store.delete_pack(&p.id).await;
         }
     }
 }
 
 /// What one blob's compaction has seen so far.
 struct Blob<'a> {
-    state: &'a AppState,
+    jobs: &'a Jobs,
     packs: Packs,
     list: Vec<(Digest, u64)>,
     /// Chunks of this blob already packed (a blob can repeat itself).
@@ -145,7 +145,7 @@ impl Blob<'_> {
         }
         let digests: Vec<Digest> = pieces.iter().map(|(_, b)| Digest::of(b)).collect();
         let fresh: Vec<Digest> = digests.iter().filter(|d| !self.own.contains(d)).copied().collect();
-        let stored = self.state.db.stored_chunks(&fresh).await?;
+        let stored = self.jobs.blobs.db.stored_chunks(&fresh).await?;
         for ((offset, bytes), digest) in pieces.into_iter().zip(digests) {
             self.list.push((digest, offset));
             self.size += bytes.len() as u64;
@@ -161,11 +161,11 @@ impl Blob<'_> {
             let frame = chunks::compress(&bytes)?;
             self.packs.add(digest, &frame, bytes.len() as u64);
             if self.packs.current.len() >= chunks::PACK_TARGET {
-                self.packs.flush(self.state).await?;
+                self.packs.flush(self.jobs).await?;
             }
             // A chunk's compression is a few milliseconds of a heavy thread: let others in,
             // and give way to requests while they come.
-            self.state.heavy.give_way(&mut self.pace).await;
+            self.jobs.blobs.heavy.give_way(&mut self.pace).await;
         }
         Ok(())
     }
@@ -173,9 +173,9 @@ impl Blob<'_> {
 
 /// Compacts one raw blob; the bytes its new chunks take, or `None` when it is no longer a live
 /// raw blob (deleted, or compacted meanwhile).
-async fn compact_one(state: &AppState, digest: &Digest, size: u64) -> anyhow::Result<Option<u64>> {
-    match prepare(state, digest, size).await? {
-        Some(prepared) => finish(state, digest, prepared).await,
+async fn compact_one(jobs: &Jobs, digest: &Digest, size: u64) -> anyhow::Result<Option<u64>> {
+    match prepare(jobs, digest, size).await? {
+        Some(prepared) => finish(jobs, digest, prepared).await,
         None => Ok(None),
     }
 }
@@ -199,29 +199,29 @@ impl Prepared {
         named
     }
 
-    async fn discard(&self, state: &AppState) {
+    async fn discard(&self, jobs: &Jobs) {
         for p in &self.record.packs {
-            let _ = state.blobs.delete_pack(&p.id).await;
+            let _ = jobs.blobs.store.delete_pack(&p.id).await;
         }
     }
 }
 
 /// First half of a blob's compaction: its raw bytes read and cut, its new chunks compressed
 /// into packs and written. `None` when the blob is gone.
-pub async fn prepare(state: &AppState, digest: &Digest, size: u64) -> anyhow::Result<Option<Prepared>> {
-    let mut raw = match state.blobs.get_stream(digest, 0..size).await {
+pub async fn prepare(jobs: &Jobs, digest: &Digest, size: u64) -> anyhow::Result<Option<Prepared>> {
+    let mut raw = match jobs.blobs.store.get_stream(digest, 0..size).await {
         Ok(s) => s,
         Err(BlobError::NotFound) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     let mut blob = Blob {
-        state,
+        jobs,
         packs: Packs::default(),
         list: Vec::new(),
         own: HashSet::new(),
         reused: Vec::new(),
         size: 0,
-        pace: state.heavy.pace(),
+        pace: jobs.blobs.heavy.pace(),
     };
     let mut chunker = Chunker::default();
     let read = async {
@@ -230,13 +230,13 @@ pub async fn prepare(state: &AppState, digest: &Digest, size: u64) -> anyhow::Re
             blob.take(pieces).await?;
         }
         blob.take(std::mem::take(&mut chunker).finish()).await?;
-        blob.packs.flush(state).await?;
+        blob.packs.flush(jobs).await?;
         anyhow::ensure!(blob.size == size, "read {} of the blob's {size} bytes", blob.size);
         Ok(())
     }
     .await;
     if let Err(e) = read {
-        blob.packs.discard(state).await;
+        blob.packs.discard(jobs).await;
         return Err(e);
     }
     let mut chunks = blob.packs.chunks.clone();
@@ -247,33 +247,33 @@ pub async fn prepare(state: &AppState, digest: &Digest, size: u64) -> anyhow::Re
 /// Second half: the compaction recorded (the invariant of `db/chunks.rs`), then the raw copy
 /// removed. `None` (its packs removed) when the blob is no longer a live raw blob, or a pack
 /// it reuses is being deleted: the blob stays raw, for a later pass.
-pub async fn finish(state: &AppState, digest: &Digest, prepared: Prepared) -> anyhow::Result<Option<u64>> {
+pub async fn finish(jobs: &Jobs, digest: &Digest, prepared: Prepared) -> anyhow::Result<Option<u64>> {
     let stored: u64 = prepared.record.packs.iter().map(|p| p.size).sum();
     let mut record = prepared.record.clone();
     // Only the chunks this compaction wrote are recorded as new; the reused ones have rows.
     let own: HashSet<String> = record.packs.iter().map(|p| p.id.clone()).collect();
     record.chunks.retain(|c| own.contains(&c.pack));
-    if !state.db.commit_compaction(digest, record, state.now()).await? {
-        prepared.discard(state).await;
+    if !jobs.blobs.db.commit_compaction(digest, record, jobs.now()).await? {
+        prepared.discard(jobs).await;
         return Ok(None);
     }
     // The chunks are the blob now: its raw copy goes (a reader that has it open reads on).
-    if let Some(row) = state.db.blob_row(digest).await? {
-        state.blob_rows.put(std::sync::Arc::new(row));
+    if let Some(row) = jobs.blobs.db.blob_row(digest).await? {
+        jobs.blobs.rows.put(std::sync::Arc::new(row));
     }
-    crate::jobs::retention::delete_raw_copy(state, digest).await?;
+    crate::jobs::retention::delete_raw_copy(jobs, digest).await?;
     Ok(Some(stored))
 }
 
 /// Runs a pass every `interval` until `cancel` fires, on the heavy pool.
-pub async fn run_compaction(state: AppState, interval: Duration, cancel: CancellationToken) {
+pub async fn run_compaction(jobs: Jobs, interval: Duration, cancel: CancellationToken) {
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(interval) => {}
         }
-        let (st, older) = (state.clone(), state.config.compact_after);
-        let pass = state.heavy.spawn_background(async move { run_compaction_once(&st, older).await });
+        let (st, older) = (jobs.clone(), jobs.config.compact_after);
+        let pass = jobs.blobs.heavy.spawn_background(async move { run_compaction_once(&st, older).await });
         match pass.await {
             Ok(Ok(s)) if s.blobs_compacted > 0 => tracing::info!(
                 blobs_compacted = s.blobs_compacted,

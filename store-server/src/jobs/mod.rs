@@ -6,3 +6,29 @@
 pub mod compaction;
 pub mod heavy;
 pub mod retention;
+
+use std::sync::Arc;
+
+use crate::blobs::Blobs;
+use crate::config::Config;
+
+/// What the passes work with: the blobs they delete and compact, and their settings.
+#[derive(Clone)]
+pub struct Jobs {
+    /// Rows, bytes, chunk lists and the caches that remember them.
+    pub blobs: Blobs,
+    /// The passes' intervals, grace, leases and ages.
+    pub config: Arc<Config>,
+}
+
+impl Jobs {
+    /// The handle.
+    pub fn new(blobs: Blobs, config: Arc<Config>) -> Self {
+        Self { blobs, config }
+    }
+
+    /// Now, in milliseconds.
+    pub fn now(&self) -> i64 {
+        self.blobs.now()
+    }
+}

@@ -11,53 +11,54 @@ use std::time::Duration;
 use spillway_api::{Digest, RetentionSummary};
 use tokio_util::sync::CancellationToken;
 
-use crate::state::AppState;
+use crate::jobs::Jobs;
 
 const PAGE: i64 = 500;
 
 /// One pass. With `dry_run` nothing changes and the summary tells what would.
-pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Result<RetentionSummary> {
-    let now = state.now();
-    let cutoff = now - state.config.retention_grace.as_millis() as i64;
+pub async fn run_retention_once(jobs: &Jobs, dry_run: bool) -> anyhow::Result<RetentionSummary> {
+    let now = jobs.now();
+    let cutoff = now - jobs.config.retention_grace.as_millis() as i64;
     let mut s = RetentionSummary { dry_run, ..Default::default() };
     if dry_run {
-        s.references_expired = state.db.count_expired_refs(now).await?;
-        s.streams_expired = state.db.expire_streams(now, 0, true).await?;
-        (s.blobs_deleted, s.bytes_freed) = state.db.count_collectable(now, cutoff).await?;
+        s.references_expired = jobs.blobs.db.count_expired_refs(now).await?;
+        s.streams_expired = jobs.blobs.db.expire_streams(now, 0, true).await?;
+        (s.blobs_deleted, s.bytes_freed) = jobs.blobs.db.count_collectable(now, cutoff).await?;
         return Ok(s);
     }
     // Grace first, from the expiry times, while the expired references are still there.
-    state.db.mark_unreferenced(now).await?;
-    s.references_expired = in_pages(|| state.db.expire_refs(now, PAGE)).await?;
-    s.streams_expired = in_pages(|| state.db.expire_streams(now, PAGE, false)).await?;
+    jobs.blobs.db.mark_unreferenced(now).await?;
+    s.references_expired = in_pages(|| jobs.blobs.db.expire_refs(now, PAGE)).await?;
+    s.streams_expired = in_pages(|| jobs.blobs.db.expire_streams(now, PAGE, false)).await?;
     // Searches whose cursors are a day old: their lists of outputs go (never the outputs).
-    state.db.delete_expired_searches(now).await?;
+    jobs.blobs.db.delete_expired_searches(now).await?;
     // Claimed first (`live` → `deleting`, which an upload's reference prevents), then deleted.
     let collect = |page: Vec<(Digest, u64)>| async move {
         let mut claimed = Vec::new();
         for (digest, size) in page {
-            if state.db.claim_for_deletion(&digest, cutoff, now).await? {
+            if jobs.blobs.db.claim_for_deletion(&digest, cutoff, now).await? {
                 claimed.push((digest, size));
             }
         }
         Ok(claimed)
     };
-    let candidates = |after: Option<Digest>| async move { state.db.collectable(cutoff, after.as_ref(), PAGE).await };
-    delete_each(state, &mut s, candidates, collect).await?;
+    let candidates =
+        |after: Option<Digest>| async move { jobs.blobs.db.collectable(cutoff, after.as_ref(), PAGE).await };
+    delete_each(jobs, &mut s, candidates, collect).await?;
     // Deletions a crashed pass left half-done: bytes first (idempotent), then the row.
-    let stale_before = now - state.config.deletion_lease.as_millis() as i64;
+    let stale_before = now - jobs.config.deletion_lease.as_millis() as i64;
     let stale = |page: Vec<(Digest, u64)>| async move { Ok(page) };
     let half_done =
-        |after: Option<Digest>| async move { state.db.stale_deletions(stale_before, after.as_ref(), PAGE).await };
-    delete_each(state, &mut s, half_done, stale).await?;
+        |after: Option<Digest>| async move { jobs.blobs.db.stale_deletions(stale_before, after.as_ref(), PAGE).await };
+    delete_each(jobs, &mut s, half_done, stale).await?;
     // Bytes with no row yet may be an upload between publication and its row: only bytes older
     // than the deletion lease too (an upload takes seconds there, the lease minutes) are
     // orphans, whatever the grace.
-    sweep_orphans(state, cutoff.min(stale_before), now, &mut s).await?;
+    sweep_orphans(jobs, cutoff.min(stale_before), now, &mut s).await?;
     // Packs whose chunks no list needs any more, then packs a crashed compaction left.
-    collect_packs(state, &mut s, now, stale_before).await?;
-    sweep_orphan_packs(state, stale_before, now, &mut s).await?;
-    report_storage(state).await;
+    collect_packs(jobs, &mut s, now, stale_before).await?;
+    sweep_orphan_packs(jobs, stale_before, now, &mut s).await?;
+    report_storage(jobs).await;
     metrics::counter!("spillway_retention_expired_refs_total").increment(s.references_expired);
     metrics::counter!("spillway_retention_deleted_blobs_total").increment(s.blobs_deleted);
     metrics::counter!("spillway_retention_freed_bytes_total").increment(s.bytes_freed);
@@ -66,8 +67,8 @@ pub async fn run_retention_once(state: &AppState, dry_run: bool) -> anyhow::Resu
 
 /// Sets the gauges of what the store holds (`spillway_stored_bytes`, `spillway_logical_bytes`)
 /// from the database, after a pass changed it.
-pub async fn report_storage(state: &AppState) {
-    match state.db.storage_stats().await {
+pub async fn report_storage(jobs: &Jobs) {
+    match jobs.blobs.db.storage_stats().await {
         Ok(s) => {
             metrics::gauge!("spillway_stored_bytes").set(s.stored_bytes as f64);
             metrics::gauge!("spillway_logical_bytes").set(s.logical_bytes as f64);
@@ -95,7 +96,7 @@ where
 /// Lists candidates a page at a time (by digest, after the last one seen), keeps those `keep`
 /// claims, and deletes each: its bytes, then its row.
 async fn delete_each<L, LFut, K, KFut>(
-    state: &AppState,
+    jobs: &Jobs,
     s: &mut RetentionSummary,
     mut list: L,
     mut keep: K,
@@ -112,7 +113,7 @@ where
         let full = page.len() as i64 == PAGE;
         let last = page.last().map(|(d, _)| *d);
         for (digest, size) in keep(page).await? {
-            if delete_claimed(state, &digest).await? {
+            if delete_claimed(jobs, &digest).await? {
                 s.blobs_deleted += 1;
                 s.bytes_freed += size;
             }
@@ -128,9 +129,9 @@ where
 /// each is claimed with a `deleting` row first and deleted like any claimed blob, so an
 /// upload of the same content takes the row back rather than racing the deletion. And raw
 /// copies of compacted blobs, whatever their age.
-async fn sweep_orphans(state: &AppState, cutoff: i64, now: i64, s: &mut RetentionSummary) -> anyhow::Result<()> {
+async fn sweep_orphans(jobs: &Jobs, cutoff: i64, now: i64, s: &mut RetentionSummary) -> anyhow::Result<()> {
     use futures::TryStreamExt;
-    let mut listed = state.blobs.list();
+    let mut listed = jobs.blobs.store.list();
     let mut batch = Vec::with_capacity(PAGE as usize);
     loop {
         let next = listed.try_next().await?;
@@ -140,19 +141,19 @@ async fn sweep_orphans(state: &AppState, cutoff: i64, now: i64, s: &mut Retentio
             continue;
         }
         let digests: Vec<Digest> = batch.iter().map(|(d, _, _)| *d).collect();
-        let known = state.db.known_blobs(&digests).await?;
+        let known = jobs.blobs.db.known_blobs(&digests).await?;
         // Raw copies of compacted blobs (a compaction that stopped between its commit and the
         // removal, or a re-upload of compacted content): their chunks are the blob.
-        for digest in state.db.chunked_blobs(&digests).await? {
-            if delete_raw_copy(state, &digest).await? {
+        for digest in jobs.blobs.db.chunked_blobs(&digests).await? {
+            if delete_raw_copy(jobs, &digest).await? {
                 s.raw_copies_deleted += 1;
             }
         }
         for (digest, size, written) in batch.drain(..) {
             if written <= cutoff
                 && !known.contains(&digest)
-                && state.db.claim_orphan(&digest, now).await?
-                && delete_claimed(state, &digest).await?
+                && jobs.blobs.db.claim_orphan(&digest, now).await?
+                && delete_claimed(jobs, &digest).await?
             {
                 tracing::info!(%digest, size, "deleted bytes that had no metadata row");
                 s.orphans_deleted += 1;
@@ -168,36 +169,36 @@ async fn sweep_orphans(state: &AppState, cutoff: i64, now: i64, s: &mut Retentio
 /// Second phase for one claimed blob: its bytes, then its row, in one transaction that holds
 /// the row ([`Db::delete_claimed`](crate::db::Db::delete_claimed)). False when an upload took
 /// the content back (or another pass finished it) first. Missing bytes count as deleted.
-pub async fn delete_claimed(state: &AppState, digest: &Digest) -> anyhow::Result<bool> {
-    let (blobs, d) = (state.blobs.clone(), *digest);
+pub async fn delete_claimed(jobs: &Jobs, digest: &Digest) -> anyhow::Result<bool> {
+    let (blobs, d) = (jobs.blobs.store.clone(), *digest);
     let remove = Box::new(move || -> futures::future::BoxFuture<'static, Result<(), crate::storage::BlobError>> {
         Box::pin(async move { blobs.delete(&d).await })
     });
-    let deleted = state.db.delete_claimed(digest, remove).await??.is_some();
+    let deleted = jobs.blobs.db.delete_claimed(digest, remove).await??.is_some();
     if deleted {
-        state.blob_rows.forget(digest);
-        state.chunks.forget(digest);
+        jobs.blobs.rows.forget(digest);
+        jobs.blobs.chunks.forget(digest);
     }
     Ok(deleted)
 }
 
 /// Removes the raw copy of a compacted blob, under its row lock (`Db::delete_raw_copy`).
-pub async fn delete_raw_copy(state: &AppState, digest: &Digest) -> anyhow::Result<bool> {
-    let (blobs, d) = (state.blobs.clone(), *digest);
+pub async fn delete_raw_copy(jobs: &Jobs, digest: &Digest) -> anyhow::Result<bool> {
+    let (blobs, d) = (jobs.blobs.store.clone(), *digest);
     let remove = Box::new(move || -> futures::future::BoxFuture<'static, Result<(), crate::storage::BlobError>> {
         Box::pin(async move { blobs.delete(&d).await })
     });
-    Ok(state.db.delete_raw_copy(digest, remove).await??)
+    Ok(jobs.blobs.db.delete_raw_copy(digest, remove).await??)
 }
 
 /// Claims and deletes the live packs no blob's chunk list needs, then the deletions of packs a
 /// crashed pass left half-done (`db/chunks.rs` for the invariant).
-async fn collect_packs(state: &AppState, s: &mut RetentionSummary, now: i64, stale_before: i64) -> anyhow::Result<()> {
+async fn collect_packs(jobs: &Jobs, s: &mut RetentionSummary, now: i64, stale_before: i64) -> anyhow::Result<()> {
     let mut after: Option<String> = None;
     loop {
-        let page = state.db.unreferenced_packs(after.as_deref(), PAGE).await?;
+        let page = jobs.blobs.db.unreferenced_packs(after.as_deref(), PAGE).await?;
         for (id, size) in &page {
-            if state.db.claim_pack(id, now).await? && delete_claimed_pack(state, id).await? {
+            if jobs.blobs.db.claim_pack(id, now).await? && delete_claimed_pack(jobs, id).await? {
                 s.packs_deleted += 1;
                 s.pack_bytes_freed += size;
             }
@@ -207,8 +208,8 @@ async fn collect_packs(state: &AppState, s: &mut RetentionSummary, now: i64, sta
             _ => break,
         }
     }
-    for (id, size) in state.db.stale_pack_deletions(stale_before, PAGE).await? {
-        if delete_claimed_pack(state, &id).await? {
+    for (id, size) in jobs.blobs.db.stale_pack_deletions(stale_before, PAGE).await? {
+        if delete_claimed_pack(jobs, &id).await? {
             s.packs_deleted += 1;
             s.pack_bytes_freed += size;
         }
@@ -218,17 +219,17 @@ async fn collect_packs(state: &AppState, s: &mut RetentionSummary, now: i64, sta
 
 /// Packs with no row, written before `cutoff` (a compaction that crashed before its commit):
 /// claimed with a `deleting` row, then deleted like any claimed pack.
-async fn sweep_orphan_packs(state: &AppState, cutoff: i64, now: i64, s: &mut RetentionSummary) -> anyhow::Result<()> {
+async fn sweep_orphan_packs(jobs: &Jobs, cutoff: i64, now: i64, s: &mut RetentionSummary) -> anyhow::Result<()> {
     use futures::TryStreamExt;
-    let listed: Vec<(String, u64, i64)> = state.blobs.list_packs().try_collect().await?;
+    let listed: Vec<(String, u64, i64)> = jobs.blobs.store.list_packs().try_collect().await?;
     let old: Vec<(String, u64)> =
         listed.into_iter().filter(|(_, _, written)| *written <= cutoff).map(|(id, size, _)| (id, size)).collect();
     let ids: Vec<String> = old.iter().map(|(id, _)| id.clone()).collect();
-    let known = state.db.known_packs(&ids).await?;
+    let known = jobs.blobs.db.known_packs(&ids).await?;
     for (id, size) in old {
         if !known.contains(&id)
-            && state.db.claim_orphan_pack(&id, size, now).await?
-            && delete_claimed_pack(state, &id).await?
+            && jobs.blobs.db.claim_orphan_pack(&id, size, now).await?
+            && delete_claimed_pack(jobs, &id).await?
         {
             tracing::info!(pack = %id, size, "deleted a pack that had no metadata row");
             s.packs_deleted += 1;
@@ -239,22 +240,22 @@ async fn sweep_orphan_packs(state: &AppState, cutoff: i64, now: i64, s: &mut Ret
 }
 
 /// Second phase for one claimed pack: its object, then its chunk rows and its row, holding it.
-async fn delete_claimed_pack(state: &AppState, id: &str) -> anyhow::Result<bool> {
-    let (blobs, pack) = (state.blobs.clone(), id.to_owned());
+async fn delete_claimed_pack(jobs: &Jobs, id: &str) -> anyhow::Result<bool> {
+    let (blobs, pack) = (jobs.blobs.store.clone(), id.to_owned());
     let remove = Box::new(move || -> futures::future::BoxFuture<'static, Result<(), crate::storage::BlobError>> {
         Box::pin(async move { blobs.delete_pack(&pack).await })
     });
-    Ok(state.db.delete_claimed_pack(id, remove).await??.is_some())
+    Ok(jobs.blobs.db.delete_claimed_pack(id, remove).await??.is_some())
 }
 
 /// Runs a pass every `interval` until `cancel` fires. Failures are logged and retried next time.
-pub async fn run_retention(state: AppState, interval: Duration, cancel: CancellationToken) {
+pub async fn run_retention(jobs: Jobs, interval: Duration, cancel: CancellationToken) {
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(interval) => {}
         }
-        match run_retention_once(&state, false).await {
+        match run_retention_once(&jobs, false).await {
             Ok(s) => tracing::info!(
                 references_expired = s.references_expired,
                 blobs_deleted = s.blobs_deleted,

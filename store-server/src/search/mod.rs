@@ -28,10 +28,32 @@ use spillway_api::{AnyDigest, GrepMatch, SearchMatch, SearchResponse, READ_CAP};
 
 use crate::auth::Caller;
 use crate::blobs::source::{visible, BlobSource};
+use crate::blobs::Blobs;
+use crate::config::Config;
 use crate::db::SearchOutput;
 use crate::error::{ApiError, ApiResult};
+use crate::http::cursor::Cursors;
 use crate::jobs::heavy::AbortOnDrop;
-use crate::state::AppState;
+
+/// What search works with; cheap to clone.
+#[derive(Clone)]
+pub struct Search {
+    /// The outputs searched, and how to read them.
+    pub blobs: Blobs,
+    /// Seals the cursor of a search that goes on.
+    pub cursors: Cursors,
+    /// How long one request scans before it answers with a cursor.
+    pub budget: std::time::Duration,
+    /// Outputs scanned at once.
+    pub parallel: usize,
+}
+
+impl Search {
+    /// The handle.
+    pub fn new(blobs: Blobs, cursors: Cursors, config: &Config) -> Self {
+        Self { blobs, cursors, budget: config.search_budget, parallel: config.heavy_threads }
+    }
+}
 
 /// Matches per answer when the query names no `max_matches`, and the most it may name.
 const DEFAULT_MATCHES: usize = 100;
@@ -174,7 +196,7 @@ impl Position {
 }
 
 /// Answers one request of a search.
-pub async fn search(state: &AppState, caller: &Caller, ask: SearchAsk) -> ApiResult<SearchResponse> {
+pub async fn search(search: &Search, caller: &Caller, ask: SearchAsk) -> ApiResult<SearchResponse> {
     let pattern = ask
         .pattern
         .as_deref()
@@ -182,13 +204,13 @@ pub async fn search(state: &AppState, caller: &Caller, ask: SearchAsk) -> ApiRes
     let regex = page::compile_pattern(pattern, ask.fixed, ask.ignore_case)?;
     let redact = caller.redacts(ask.redact);
     let fingerprint = ask.fingerprint(redact);
-    let now = state.now();
+    let now = search.blobs.now();
     let (outputs, start) = match &ask.cursor {
         Some(cursor) => {
-            let raw = state.cursors.open(CURSOR, &caller.namespace, &fingerprint, cursor)?;
+            let raw = search.cursors.open(CURSOR, &caller.namespace, &fingerprint, cursor)?;
             let pos = Position::decode(&raw).ok_or_else(|| ApiError::InvalidArgument("invalid cursor".into()))?;
             let id = hex::encode(pos.snapshot.unwrap_or_default());
-            let outputs = state.db.load_search(&id, &caller.namespace, now).await?.ok_or_else(|| {
+            let outputs = search.blobs.db.load_search(&id, &caller.namespace, now).await?.ok_or_else(|| {
                 ApiError::InvalidArgument("this search's cursor has expired (they are kept a day): search again".into())
             })?;
             (outputs, pos)
@@ -196,21 +218,23 @@ pub async fn search(state: &AppState, caller: &Caller, ask: SearchAsk) -> ApiRes
         None => {
             let since = ask.since.as_deref().map(|v| instant("since", v, now)).transpose()?.unwrap_or(i64::MIN);
             let until = ask.until.as_deref().map(|v| instant("until", v, now)).transpose()?.unwrap_or(i64::MAX);
-            let outputs = state.db.search_outputs(&caller.namespace, &ask.labels, since, until, now).await?;
+            let outputs = search.blobs.db.search_outputs(&caller.namespace, &ask.labels, since, until, now).await?;
             (outputs, Position { snapshot: None, index: 0, line: 1 })
         }
     };
     let scan = Scan {
-        state: state.clone(),
+        blobs: search.blobs.clone(),
+        parallel: search.parallel,
         ns: caller.namespace.clone(),
         regex,
         before: ask.before,
         after: ask.after,
         max_matches: ask.max_matches,
-        deadline: Instant::now() + state.config.search_budget,
-        redact: redact.then(|| state.redactor.clone()),
+        deadline: Instant::now() + search.budget,
+        redact: redact.then(|| search.blobs.redactor.clone()),
     };
-    let (mut resp, stop, outputs) = state
+    let (mut resp, stop, outputs) = search
+        .blobs
         .heavy
         .run(async move {
             let (resp, stop) = Arc::new(scan).run(&outputs, start).await?;
@@ -223,7 +247,8 @@ pub async fn search(state: &AppState, caller: &Caller, ask: SearchAsk) -> ApiRes
             None => {
                 // The first request could not finish: keep what is left of its list.
                 let id: [u8; 16] = rand::random();
-                state
+                search
+                    .blobs
                     .db
                     .save_search(
                         &hex::encode(id),
@@ -237,14 +262,15 @@ pub async fn search(state: &AppState, caller: &Caller, ask: SearchAsk) -> ApiRes
                 id
             }
         };
-        resp.next_cursor = Some(state.cursors.seal(CURSOR, &caller.namespace, &fingerprint, &stop.encode(snapshot)));
+        resp.next_cursor = Some(search.cursors.seal(CURSOR, &caller.namespace, &fingerprint, &stop.encode(snapshot)));
     }
     Ok(resp)
 }
 
 /// One request's scan.
 struct Scan {
-    state: AppState,
+    blobs: Blobs,
+    parallel: usize,
     ns: spillway_api::Namespace,
     regex: regex::bytes::Regex,
     before: usize,
@@ -279,10 +305,10 @@ impl Scan {
     /// outputs smaller than a window are read ahead too (`BlobSource::scanning`).
     fn fetch_first_window(&self, next: Option<&SearchOutput>) {
         let Some((digest, _)) = next else { return };
-        let (state, ns, digest) = (self.state.clone(), self.ns.clone(), AnyDigest::Blake3(*digest));
+        let (blobs, ns, digest) = (self.blobs.clone(), self.ns.clone(), AnyDigest::Blake3(*digest));
         tokio::spawn(async move {
-            if let Ok(row) = visible(&state, &ns, &digest).await {
-                if let Ok(src) = BlobSource::new(&state, &row) {
+            if let Ok(row) = visible(&blobs, &ns, &digest).await {
+                if let Ok(src) = BlobSource::new(&blobs, &row) {
                     src.scanning().fetch_ahead(0..READ_AHEAD);
                 }
             }
@@ -299,13 +325,13 @@ impl Scan {
         }
         // Its work counted from here: finding the output's row is work too (a database query
         // when the caches miss), and most of it when the output is small.
-        let pace = self.state.heavy.pace();
-        let row = match visible(&self.state, &self.ns, &AnyDigest::Blake3(*digest)).await {
+        let pace = self.blobs.heavy.pace();
+        let row = match visible(&self.blobs, &self.ns, &AnyDigest::Blake3(*digest)).await {
             Ok(row) => row,
             Err(ApiError::NotFound(_)) => return Ok(Scanned::Gone),
             Err(e) => return Err(e),
         };
-        let src = BlobSource::new(&self.state, &row)?.scanning().giving_way(pace);
+        let src = BlobSource::new(&self.blobs, &row)?.scanning().giving_way(pace);
         let mut found = Found { matches: Vec::new(), stopped: None };
         let mut text_left = READ_CAP;
         loop {
@@ -356,7 +382,7 @@ impl Scan {
             redactions: self.redact.as_ref().map(|_| 0),
         };
         let at = |index, line| Some(Position { snapshot: start.snapshot, index, line });
-        let parallel = self.state.config.heavy_threads.max(2);
+        let parallel = self.parallel.max(2);
         let scans = futures::stream::iter(start.index..outputs.len()).map(|index| {
             let (scan, digest) = (self.clone(), outputs[index].0);
             let line = if index == start.index { start.line } else { 1 };

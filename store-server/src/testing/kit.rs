@@ -159,12 +159,14 @@ impl TestServer {
 
     /// One compaction pass over every raw blob, whatever its age.
     pub async fn compact(&self) -> spillway_api::CompactionSummary {
-        crate::jobs::compaction::run_compaction_once(&self.state, std::time::Duration::ZERO).await.expect("compaction")
+        crate::jobs::compaction::run_compaction_once(&self.state.jobs, std::time::Duration::ZERO)
+            .await
+            .expect("compaction")
     }
 
     /// One retention pass.
     pub async fn retention(&self) -> spillway_api::RetentionSummary {
-        crate::run_retention_once(&self.state, false).await.expect("retention")
+        crate::run_retention_once(&self.state.jobs, false).await.expect("retention")
     }
 
     /// Stops serving and closes the database.

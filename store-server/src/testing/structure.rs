@@ -1,7 +1,8 @@
 //! Checks of the crate's own structure, run as unit tests: the import graph of `src/` has no
 //! circles, no handler file imports another (handlers share code through the services and
-//! `http/routes/{extract, query}`), and the graph that `docs/architecture.md` prints is the
-//! graph of the code, so the document cannot drift.
+//! `http/routes/{extract, query}`), no service takes the whole `AppState` (each takes its
+//! handle), and the graph that `docs/architecture.md` prints is the graph of the code, so the
+//! document cannot drift.
 //!
 //! A module is read whole, less its test items (`#[cfg(test)]` and the item after it, to its
 //! closing brace or semicolon), and less comments.
@@ -310,6 +311,22 @@ mod tests {
                 d.difference(&c).collect::<Vec<_>>()
             );
         }
+    }
+
+    /// Services take the handle they use (`Blobs`, `Streams`, `Tokens`, …); only the edge and
+    /// the bundle itself know `AppState`.
+    #[test]
+    fn no_service_takes_the_whole_state() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let edge =
+            |m: &str| m.starts_with("http/") || m.starts_with("testing/") || ["state", "lib", "main"].contains(&m);
+        let takers: Vec<String> = modules(&src)
+            .into_iter()
+            .filter(|(m, _)| !edge(m))
+            .filter(|(_, p)| production_code(&std::fs::read_to_string(p).expect("readable")).contains("AppState"))
+            .map(|(m, _)| m)
+            .collect();
+        assert!(takers.is_empty(), "services that take AppState: {takers:?}");
     }
 
     #[test]

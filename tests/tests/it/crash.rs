@@ -200,7 +200,7 @@ async fn killed_mid_upload_leaves_nothing_partial() {
     let probe = spillway_server::build_state(config.clone(), std::sync::Arc::new(spillway_server::clock::SystemClock))
         .await
         .unwrap();
-    assert!(!probe.blobs.exists(&digest).await.unwrap(), "nothing partial is published");
+    assert!(!probe.blobs.store.exists(&digest).await.unwrap(), "nothing partial is published");
     let got = c2.get(&kept.digest).await.unwrap().bytes().await.unwrap();
     assert_eq!(got, "acknowledged before the crash\n");
     let got = c2.get(&Digest::of(&kept_big)).await.unwrap().bytes().await.unwrap();
@@ -338,22 +338,22 @@ async fn killed_while_compacting_and_deleting_loses_nothing() {
         spillway_server::build_state(quiet, std::sync::Arc::new(spillway_server::clock::SystemClock)).await.unwrap();
     // The short references expire, and the killed server's compaction lease runs out.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    spillway_server::jobs::compaction::run_compaction_once(&state, Duration::ZERO).await.unwrap();
-    spillway_server::run_retention_once(&state, false).await.unwrap();
+    spillway_server::jobs::compaction::run_compaction_once(&state.jobs, Duration::ZERO).await.unwrap();
+    spillway_server::run_retention_once(&state.jobs, false).await.unwrap();
     let stats = state.db.storage_stats().await.unwrap();
     assert_eq!(stats.blobs, kept.len() as u64, "only the kept blobs are left: {stats:?}");
     let logical: u64 = kept.iter().map(|(_, d)| d.len() as u64).sum();
     assert_eq!(stats.logical_bytes, logical);
     assert!(stats.stored_bytes < logical / 4, "compacted and shared: {stats:?}");
     use futures::TryStreamExt;
-    let raw: Vec<_> = state.blobs.list().try_collect().await.unwrap();
+    let raw: Vec<_> = state.blobs.store.list().try_collect().await.unwrap();
     assert!(raw.is_empty(), "no raw copy is left: {raw:?}");
-    let packs: Vec<(String, u64, i64)> = state.blobs.list_packs().try_collect().await.unwrap();
+    let packs: Vec<(String, u64, i64)> = state.blobs.store.list_packs().try_collect().await.unwrap();
     let on_disk: u64 = packs.iter().map(|(_, size, _)| size).sum();
     assert_eq!(on_disk, stats.stored_bytes, "every pack left is one a blob needs");
     for (d, data) in &kept {
         let row = state.db.blob_row(d).await.unwrap().unwrap();
-        let got = spillway_server::blobs::source::blob_range(&state, &row, 0..row.size).await.unwrap();
+        let got = spillway_server::blobs::source::blob_range(&state.blobs, &row, 0..row.size).await.unwrap();
         assert!(got == *data, "{d}");
     }
 }

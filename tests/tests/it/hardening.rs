@@ -305,7 +305,7 @@ async fn uploads_cost_the_same_whether_or_not_another_namespace_holds_the_conten
         .map(|k| srv.s3_requests(k))
         .sum()
     };
-    let work = |srv: &TestServer| (srv.state.db.commits(), srv.state.blobs.syncs(), s3(srv));
+    let work = |srv: &TestServer| (srv.state.db.commits(), srv.state.blobs.store.syncs(), s3(srv));
     for size in [2usize << 10, 64 << 10] {
         let body =
             |tag: &str, i: usize| Bytes::from(format!("{tag} {i} {}", "w".repeat(size)).into_bytes()[..size].to_vec());

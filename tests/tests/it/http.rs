@@ -184,7 +184,7 @@ async fn past_the_limit_idle_connections_give_way() {
     let addr = addr_of(&srv);
     let token = srv.token.clone();
     let sid = srv.client().create_stream(&Default::default()).await.unwrap().id;
-    let waiters = srv.state.stream_waiters.clone();
+    let waiters = srv.state.streams.waiters.clone();
     let (state, rt) = (srv.state.clone(), tokio::runtime::Handle::current());
     tokio::task::spawn_blocking(move || {
         let healthz = |s: &mut std::net::TcpStream| {
@@ -255,7 +255,7 @@ async fn past_the_limit_idle_connections_give_way() {
         assert!(got.is_err(), "served while every slot was serving a request: {got:?} ({first:?}), {waiting} polls waiting");
         // The task writes: the polls are answered and their connections close.
         let (ns, id) = (spillway_api::Namespace::new("ns-a").unwrap(), spillway_api::StreamId::new(&sid).unwrap());
-        rt.block_on(spillway_server::streams::append(&state, &ns, &id, 0, 0, &Bytes::from_static(b"done\n"))).unwrap();
+        rt.block_on(spillway_server::streams::append(&state.streams, &ns, &id, 0, 0, &Bytes::from_static(b"done\n"))).unwrap();
         assert!(read_to_close(&mut probe).starts_with("HTTP/1.1 200"), "served once a slot was free");
         for mut p in polls {
             assert!(read_to_close(&mut p).starts_with("HTTP/1.1 200"), "a long-poll in flight was never cut");

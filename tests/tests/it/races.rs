@@ -35,7 +35,7 @@ async fn claim(deleter: &AppState, d: &Digest) {
 
 /// The second phase, when the stopped deleter goes on.
 async fn finish(deleter: &AppState, d: &Digest) {
-    spillway_server::jobs::retention::delete_claimed(deleter, d).await.unwrap();
+    spillway_server::jobs::retention::delete_claimed(&deleter.jobs, d).await.unwrap();
 }
 
 /// A PUT with no retry, answered within `limit` or failed.
@@ -63,15 +63,18 @@ async fn an_upload_takes_back_what_another_process_is_deleting() {
     claim(&job, &d).await;
     let (status, body) = put_once(&c, data.clone(), 3600).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert!(srv.state.races.took_back.load(std::sync::atomic::Ordering::Relaxed) > 0, "the take-back branch ran");
+    assert!(
+        srv.state.blobs.probes.took_back.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "the take-back branch ran"
+    );
     finish(&job, &d).await;
     assert_eq!(c.get(&d).await.unwrap().bytes().await.unwrap(), data);
-    assert!(srv.state.blobs.exists(&d).await.unwrap());
+    assert!(srv.state.blobs.store.exists(&d).await.unwrap());
     // The content's next life ends as usual.
     srv.clock.advance_secs(3601);
     srv.retention().await;
     assert_eq!(c.head(&d).await.unwrap(), None);
-    assert!(!srv.state.blobs.exists(&d).await.unwrap(), "collected once unreferenced");
+    assert!(!srv.state.blobs.store.exists(&d).await.unwrap(), "collected once unreferenced");
     job.db.close().await;
     srv.stop().await;
 }
@@ -86,7 +89,7 @@ async fn an_upload_takes_back_a_deletion_left_half_done() {
     let d = c.put(data.clone(), &ttl(1)).await.unwrap().digest;
     srv.clock.advance_secs(2);
     claim(&srv.state, &d).await;
-    srv.state.blobs.delete(&d).await.unwrap(); // ... and the pass died after the bytes went
+    srv.state.blobs.store.delete(&d).await.unwrap(); // ... and the pass died after the bytes went
     let (status, body) = put_once(&c, data.clone(), 3600).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(c.get(&d).await.unwrap().bytes().await.unwrap(), data);
@@ -256,13 +259,13 @@ async fn a_pack_claimed_before_a_compaction_commits_is_not_reused() {
     let srv = TestServer::start_with(|c| c.retention_grace = Duration::ZERO).await;
     let (d2, second, packs) = shared_then_orphaned(&srv).await;
     let prepared =
-        spillway_server::jobs::compaction::prepare(&srv.state, &d2, second.len() as u64).await.unwrap().unwrap();
+        spillway_server::jobs::compaction::prepare(&srv.state.jobs, &d2, second.len() as u64).await.unwrap().unwrap();
     assert!(packs.iter().all(|p| prepared.reused_packs().contains(p)), "it reuses the orphaned packs' chunks");
     let now = srv.state.now();
     for p in &packs {
         assert!(srv.state.db.claim_pack(p, now).await.unwrap(), "retention claims the unneeded pack");
     }
-    let done = spillway_server::jobs::compaction::finish(&srv.state, &d2, prepared).await.unwrap();
+    let done = spillway_server::jobs::compaction::finish(&srv.state.jobs, &d2, prepared).await.unwrap();
     assert_eq!(done, None, "the compaction gives up");
     assert_eq!(srv.state.db.blob_row(&d2).await.unwrap().map(|r| r.chunked), Some(false), "still raw");
     // The claiming pass stopped there; the next one past the deletion lease finishes it.
@@ -283,8 +286,8 @@ async fn a_pack_a_compaction_committed_to_is_not_claimed() {
     let srv = TestServer::start_with(|c| c.retention_grace = Duration::ZERO).await;
     let (d2, second, packs) = shared_then_orphaned(&srv).await;
     let prepared =
-        spillway_server::jobs::compaction::prepare(&srv.state, &d2, second.len() as u64).await.unwrap().unwrap();
-    assert!(spillway_server::jobs::compaction::finish(&srv.state, &d2, prepared).await.unwrap().is_some());
+        spillway_server::jobs::compaction::prepare(&srv.state.jobs, &d2, second.len() as u64).await.unwrap().unwrap();
+    assert!(spillway_server::jobs::compaction::finish(&srv.state.jobs, &d2, prepared).await.unwrap().is_some());
     let now = srv.state.now();
     for p in &packs {
         assert!(!srv.state.db.claim_pack(p, now).await.unwrap(), "the pack is needed again");
@@ -306,7 +309,7 @@ async fn a_raw_copy_is_never_removed_under_a_raw_row() {
     srv.compact().await;
     delete_blob(&srv, &d).await;
     c.put(data.clone(), &ttl(3600)).await.unwrap();
-    assert!(!spillway_server::jobs::retention::delete_raw_copy(&srv.state, &d).await.unwrap(), "the row is raw");
+    assert!(!spillway_server::jobs::retention::delete_raw_copy(&srv.state.jobs, &d).await.unwrap(), "the row is raw");
     assert_eq!(c.get(d).await.unwrap().bytes().await.unwrap(), data);
     srv.stop().await;
 }

@@ -52,7 +52,7 @@ async fn capped_reads_from_escaped_text_are_the_usual_pages() {
         .collect();
     let edges = [(0, 100_000), (65_535, 100_000), (65_536, 3), (777_700, 100_000), (size - 5, 100_000), (size, 10)];
     asks.extend(edges.iter().map(|(offset, limit)| format!("offset={offset}&limit={limit}")));
-    let escaped = || srv.state.escaped_pages.load(Ordering::Relaxed);
+    let escaped = || srv.state.blobs.probes.escaped_pages.load(Ordering::Relaxed);
     compare_pages(&plain, &srv, &d, &asks).await;
     assert!(escaped() > 40, "most byte pages came from the escaped text");
     // Line pages: numbered lines, the default count, many lines capped by bytes, past the end.
@@ -76,7 +76,7 @@ async fn capped_reads_from_escaped_text_are_the_usual_pages() {
     let before = escaped();
     compare_pages(&plain, &srv, &d, &asks).await;
     assert!(escaped() - before >= asks.len() as u64, "every lossy page came from the decoded blocks");
-    assert_eq!(plain.state.escaped_pages.load(Ordering::Relaxed), 0);
+    assert_eq!(plain.state.blobs.probes.escaped_pages.load(Ordering::Relaxed), 0);
     plain.stop().await;
     srv.stop().await;
 }
@@ -96,7 +96,7 @@ async fn reads_answered_before_the_router_are_the_routers_answers() {
     let other = c.put(Bytes::from_static(b"small and inline\n"), &UploadOptions::default()).await.unwrap().digest;
     let redacted = srv.redacted_token("ns-a", &[spillway_server::auth::Scope::Read]).await;
     let router = spillway_server::http::routes::router(srv.state.clone());
-    let early = || srv.state.reads_before_router.load(Ordering::Relaxed);
+    let early = || srv.state.blobs.probes.reads_before_router.load(Ordering::Relaxed);
     let served = || async {
         let m = reqwest::get(format!("{}/metrics", srv.metrics_url)).await.unwrap().text().await.unwrap();
         let series = r#"spillway_http_requests_total{method="GET",route="/v1/blobs/{digest}/read",status="200"} "#;

@@ -137,7 +137,7 @@ async fn redacted_pages_of_a_large_blob_are_those_of_one_scan() {
     let got = c.read(&rec.digest, ReadRequest::Bytes { offset: far, limit: None }).await.unwrap();
     assert_eq!((got.redactions, got.content.as_str()), (Some(0), &text[far as usize..]));
     assert!(clean > 0, "some pages hold no secret");
-    let fast = srv.state.escaped_pages.load(std::sync::atomic::Ordering::Relaxed);
+    let fast = srv.state.blobs.probes.escaped_pages.load(std::sync::atomic::Ordering::Relaxed);
     assert!(
         fast as usize > clean + 1 && fast as usize <= pages + 1,
         "pages from the text cache: {fast} of {pages}, {clean} clean"

@@ -36,7 +36,8 @@ async fn three_replicas_mixed_workload_with_retention() {
         background.push(tokio::spawn(async move {
             let mut deleted = 0;
             while !stop.load(Ordering::Relaxed) {
-                deleted += spillway_server::run_retention_once(&st, false).await.expect("retention pass").blobs_deleted;
+                deleted +=
+                    spillway_server::run_retention_once(&st.jobs, false).await.expect("retention pass").blobs_deleted;
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             deleted
@@ -110,7 +111,7 @@ async fn three_replicas_mixed_workload_with_retention() {
     assert!(deleted > 0, "retention collected blobs while the workload ran");
     // One more pass on every replica; then everything told live reads back through each.
     for st in &states {
-        spillway_server::run_retention_once(st, false).await.unwrap();
+        spillway_server::run_retention_once(&st.jobs, false).await.unwrap();
     }
     assert!(!live.is_empty());
     for (digest, data) in &live {

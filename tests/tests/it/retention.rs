@@ -14,7 +14,7 @@ async fn is_stored(srv: &TestServer, data: &[u8]) -> bool {
     let d = Digest::of(data);
     let row = srv.state.db.blob_row(&d).await.unwrap();
     match row {
-        Some(r) if r.inline_data.is_none() => srv.state.blobs.exists(&d).await.unwrap(),
+        Some(r) if r.inline_data.is_none() => srv.state.blobs.store.exists(&d).await.unwrap(),
         Some(_) => true,
         None => false,
     }
@@ -37,13 +37,13 @@ async fn ttl_pins_and_shared_blobs() {
     let p = a.put(pinned.clone(), &ttl(10)).await.unwrap();
     a.pin(&p.digest, Some("INC-1")).await.unwrap();
     a.put(lone.clone(), &ttl(10)).await.unwrap();
-    let dry = spillway_server::run_retention_once(&srv.state, true).await.unwrap();
+    let dry = spillway_server::run_retention_once(&srv.state.jobs, true).await.unwrap();
     assert_eq!(dry.references_expired, 0);
 
     srv.clock.advance_secs(11);
     // Expired references are invisible at once, before any pass.
     assert_eq!(a.head(&Digest::of(&lone)).await.unwrap(), None);
-    let dry = spillway_server::run_retention_once(&srv.state, true).await.unwrap();
+    let dry = spillway_server::run_retention_once(&srv.state.jobs, true).await.unwrap();
     assert_eq!(dry.references_expired, 3);
     let s = srv.retention().await;
     assert_eq!((s.references_expired, s.blobs_deleted), (3, 0), "grace keeps the bytes");
@@ -84,7 +84,7 @@ async fn upload_racing_collection_never_loses_bytes() {
         c.put(data.clone(), &ttl(1)).await.unwrap();
         srv.clock.advance_secs(2);
         let st = srv.state.clone();
-        let gc = tokio::spawn(async move { spillway_server::run_retention_once(&st, false).await.unwrap() });
+        let gc = tokio::spawn(async move { spillway_server::run_retention_once(&st.jobs, false).await.unwrap() });
         let up = c.put(data.clone(), &ttl(3600)).await;
         gc.await.unwrap();
         let rec = up.unwrap();
@@ -145,12 +145,12 @@ async fn bytes_without_a_row_are_swept_after_the_grace_and_the_lease() {
     let c = srv.client();
     let orphan = Bytes::from(vec![b'o'; 100_000]);
     let d = Digest::of(&orphan);
-    srv.state.blobs.plant(&d, orphan.clone()).await.unwrap();
+    srv.state.blobs.store.plant(&d, orphan.clone()).await.unwrap();
     let kept = Bytes::from(vec![b'k'; 100_000]);
     c.put(kept.clone(), &ttl(3600)).await.unwrap();
     let s = srv.retention().await;
     assert_eq!(s.orphans_deleted, 0, "younger than the grace: kept");
-    assert!(srv.state.blobs.exists(&d).await.unwrap());
+    assert!(srv.state.blobs.store.exists(&d).await.unwrap());
     srv.clock.advance_secs(61);
     let s = srv.retention().await;
     assert_eq!(s.orphans_deleted, 0, "past the grace but younger than the deletion lease: maybe an upload in flight");
@@ -158,22 +158,22 @@ async fn bytes_without_a_row_are_swept_after_the_grace_and_the_lease() {
     let s = srv.retention().await;
     assert_eq!((s.orphans_deleted, s.blobs_deleted), (1, 0), "{s:?}");
     assert!(s.bytes_freed >= orphan.len() as u64);
-    assert!(!srv.state.blobs.exists(&d).await.unwrap());
+    assert!(!srv.state.blobs.store.exists(&d).await.unwrap());
     assert!(is_stored(&srv, &kept).await, "bytes with a row are never swept");
 
     // The race: the sweep has claimed the digest when an upload of the same bytes arrives.
-    srv.state.blobs.plant(&d, orphan.clone()).await.unwrap();
+    srv.state.blobs.store.plant(&d, orphan.clone()).await.unwrap();
     assert!(srv.state.db.claim_orphan(&d, srv.state.now()).await.unwrap());
     let rec = c.put(orphan.clone(), &ttl(3600)).await.expect("the upload takes the claimed content back");
     // The sweep's second phase finds the row live and referenced, and leaves the bytes.
-    assert!(!spillway_server::jobs::retention::delete_claimed(&srv.state, &d).await.unwrap());
+    assert!(!spillway_server::jobs::retention::delete_claimed(&srv.state.jobs, &d).await.unwrap());
     assert_eq!(c.get(&rec.digest).await.unwrap().bytes().await.unwrap(), orphan);
     assert_eq!(
         c.stat(&rec.digest).await.unwrap().size,
         orphan.len() as u64,
         "the claim's placeholder row was rewritten"
     );
-    assert!(srv.state.blobs.exists(&d).await.unwrap());
+    assert!(srv.state.blobs.store.exists(&d).await.unwrap());
     srv.stop().await;
 }
 
@@ -189,7 +189,7 @@ async fn reuploads_during_collection_never_fail() {
         tokio::spawn(async move {
             for _ in 0..60 {
                 clock.advance_secs(2);
-                spillway_server::run_retention_once(&st, false).await.unwrap();
+                spillway_server::run_retention_once(&st.jobs, false).await.unwrap();
                 tokio::task::yield_now().await;
             }
         })
@@ -216,8 +216,7 @@ async fn reuploads_during_collection_never_fail() {
     }
     collector.await.unwrap();
     // How often the rare branches ran here (the test below runs them on purpose).
-    let races = &srv.state.races;
-    eprintln!("took back: {:?}, published again: {:?}", races.took_back, races.published_again);
+    eprintln!("took back: {:?}", srv.state.blobs.probes.took_back);
     let c = srv.client();
     let rec = c.put(data.clone(), &ttl(3600)).await.unwrap();
     assert_eq!(c.get(&rec.digest).await.unwrap().bytes().await.unwrap(), data);

@@ -253,7 +253,8 @@ async fn a_v1_data_directory_opens_and_compacts() {
         }
     };
     check(c.clone(), manifest.clone()).await;
-    let s = spillway_server::jobs::compaction::run_compaction_once(&state, std::time::Duration::ZERO).await.unwrap();
+    let s =
+        spillway_server::jobs::compaction::run_compaction_once(&state.jobs, std::time::Duration::ZERO).await.unwrap();
     assert_eq!(s.blobs_compacted, 3, "the three blobs stored as files; the small one stays inline: {s:?}");
     check(c, manifest).await;
     server.abort();

@@ -85,7 +85,7 @@ async fn long_poll_wakes_on_append_and_seal() {
     let c = srv.client();
     let s = c.create_stream(&UploadOptions::default()).await.unwrap();
     let waiting = |id: &str| {
-        let (w, id) = (srv.state.stream_waiters.clone(), id.to_owned());
+        let (w, id) = (srv.state.streams.waiters.clone(), id.to_owned());
         move || w.is_waiting(&id)
     };
     let wait = |r: ReadRequest| {
@@ -115,7 +115,7 @@ async fn long_poll_wakes_on_append_and_seal() {
     let p = reader.await.unwrap().unwrap();
     assert!(p.content.is_empty() && p.eof);
     assert_eq!(p.digest, Some(sealed.digest.to_string()));
-    assert!(srv.state.stream_waiters.is_empty(), "finished long-polls leave nothing registered");
+    assert!(srv.state.streams.waiters.is_empty(), "finished long-polls leave nothing registered");
     let r = c.request(Method::GET, &format!("/v1/streams/{}/read?wait_ms=30001", s.id)).send().await.unwrap();
     assert_eq!(r.status(), 400);
     srv.stop().await;

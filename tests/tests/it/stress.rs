@@ -291,14 +291,11 @@ async fn uploads_survive_a_separate_retention_process() {
     }
     stop.store(true, Ordering::Relaxed);
     let (passes, deleted) = job.await.unwrap();
-    let races = &srv.state.races;
     eprintln!(
-        "separate retention: {} uploads, {passes} passes of the job deleting {deleted} blobs, {} refused; \
-         took back {:?}, published again {:?}",
+        "separate retention: {} uploads, {passes} passes of the job deleting {deleted} blobs, {} refused; took back {:?}",
         rounds * 4,
         failed.len(),
-        races.took_back,
-        races.published_again
+        srv.state.blobs.probes.took_back,
     );
     assert!(failed.is_empty(), "{} uploads refused, e.g. {:?}", failed.len(), &failed[..failed.len().min(5)]);
     assert!(deleted > 0, "the job deleted content while the uploads ran");

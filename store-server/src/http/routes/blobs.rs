@@ -8,20 +8,18 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::{StreamExt, TryStreamExt};
-use spillway_api::{AnyDigest, BlobRecord, PinRequest, LAST_UNIX_SECOND};
+use spillway_api::{AnyDigest, BlobRecord, PinRequest};
 
 use super::extract::{json_object_body, parse_digest, RefOptions, Q};
 use crate::auth::{Caller, Scope};
+use crate::blobs::refs;
 use crate::blobs::source::visible;
 use crate::blobs::upload::{self, RefSpec};
 use crate::clock::rfc3339;
-use crate::db::{AddRef, BlobRow, NewRef};
+use crate::db::BlobRow;
 use crate::error::{ApiError, ApiResult};
 use crate::jobs::heavy::Heavy;
 use crate::state::AppState;
-
-/// Longest pin `reason`: every pin keeps it for as long as the pin lives.
-const MAX_PIN_REASON: usize = 1024;
 
 fn check_length(headers: &HeaderMap, state: &AppState) -> ApiResult<()> {
     let max = state.config.max_blob_bytes;
@@ -49,7 +47,7 @@ async fn upload_response(
     };
     check_length(headers, state)?;
     let hint = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
-    let stored = upload::store(state, expected, &spec, body.into_data_stream(), hint).await?;
+    let stored = upload::store(&state.blobs, expected, &spec, body.into_data_stream(), hint).await?;
     let status = if stored.record.deduplicated { StatusCode::OK } else { StatusCode::CREATED };
     let location = format!("/v1/blobs/{}", stored.record.digest);
     let mut resp = (status, Json(stored.record)).into_response();
@@ -112,7 +110,7 @@ pub(super) async fn head_blob(
 ) -> ApiResult<Response> {
     caller.require(Scope::Read)?;
     let d = parse_digest(&raw)?;
-    let row = visible(&state, &caller.namespace, &d).await?;
+    let row = visible(&state.blobs, &caller.namespace, &d).await?;
     let mut resp = (StatusCode::OK, base_headers(&row)).into_response();
     let h = resp.headers_mut();
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(row.size));
@@ -209,7 +207,7 @@ pub(super) async fn get_blob(
 ) -> ApiResult<Response> {
     caller.require(Scope::Read)?;
     let d = parse_digest(&raw)?;
-    let row = visible(&state, &caller.namespace, &d).await?;
+    let row = visible(&state.blobs, &caller.namespace, &d).await?;
     // Raw bytes are not for a redacted token (once it is known to see the blob: else 404).
     caller.require_raw()?;
     if if_none_match(&headers, &row) {
@@ -225,7 +223,7 @@ pub(super) async fn get_blob(
     let body = match &row.inline_data {
         Some(data) => Body::from(data[span.start as usize..span.end as usize].to_vec()),
         None => {
-            let stream = crate::blobs::source::blob_stream(&state, &row, span.clone()).await?;
+            let stream = crate::blobs::source::blob_stream(&state.blobs, &row, span.clone()).await?;
             let stream = giving_way(state.heavy.clone(), len, stream);
             // The status went out already: a failure now cuts the connection short, and the
             // log says why.
@@ -257,40 +255,7 @@ pub(super) async fn pin_blob(
     caller.require(Scope::Admin)?;
     let d = parse_digest(&raw)?;
     let req: PinRequest = json_object_body(&body, "pin body must be a JSON object like {\"reason\": \"INC-42\"}")?;
-    if let Some(reason) = req.reason.as_deref().filter(|r| r.len() > MAX_PIN_REASON) {
-        let why = format!("a pin reason is at most {MAX_PIN_REASON} bytes; this one is {}", reason.len());
-        return Err(ApiError::InvalidArgument(why));
-    }
-    let now = state.now();
-    let expires_at = match req.until {
-        None => None,
-        Some(s) => match i64::try_from(s).ok().and_then(|s| s.checked_mul(1000)) {
-            Some(ms) if ms > now && ms <= LAST_UNIX_SECOND * 1000 => Some(ms),
-            _ => {
-                let why = format!("until {s} is not a Unix time in the future, up to {LAST_UNIX_SECOND} (9999-12-31)");
-                return Err(ApiError::InvalidArgument(why));
-            }
-        },
-    };
-    let row = visible(&state, &caller.namespace, &d).await?;
-    let new_ref = NewRef {
-        namespace: caller.namespace.clone(),
-        digest: row.digest,
-        labels: Default::default(),
-        expires_at,
-        pin_reason: req.reason.clone(),
-    };
-    match state.db.add_ref_if_live(&new_ref, now).await? {
-        AddRef::Added { .. } => Ok(Json(row.record(true, expires_at.map(rfc3339)))),
-        _ => Err(ApiError::NotFound(format!("blob {d}"))),
-    }
-}
-
-/// A delete met a full disk: give back the space reserve and the SQLite log's, so that the
-/// delete — which frees space — can itself be written.
-async fn make_room(state: &AppState) {
-    state.reserve.release();
-    state.db.reclaim_log().await;
+    Ok(Json(refs::pin(&state.blobs, &caller.namespace, &d, &req).await?))
 }
 
 /// `DELETE /v1/blobs/{digest}/pin`: removes this namespace's pins.
@@ -301,20 +266,8 @@ pub(super) async fn unpin_blob(
     Path(raw): Path<String>,
 ) -> ApiResult<StatusCode> {
     caller.require(Scope::Admin)?;
-    let d = parse_digest(&raw)?;
-    let row = visible(&state, &caller.namespace, &d).await?;
-    let removed = match state.db.unpin(&caller.namespace, &row.digest, state.now()).await {
-        Err(e) if e.is_full() => {
-            make_room(&state).await;
-            state.db.unpin(&caller.namespace, &row.digest, state.now()).await?
-        }
-        other => other?,
-    };
-    state.visibility.forget(&caller.namespace, &row.digest);
-    match removed {
-        0 => Err(ApiError::NotFound(format!("pin of {d}"))),
-        _ => Ok(StatusCode::NO_CONTENT),
-    }
+    refs::unpin(&state.blobs, &caller.namespace, &parse_digest(&raw)?).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `DELETE /v1/blobs/{digest}`: removes all of this namespace's references.
@@ -325,18 +278,7 @@ pub(super) async fn delete_blob(
     Path(raw): Path<String>,
 ) -> ApiResult<StatusCode> {
     caller.require(Scope::Admin)?;
-    let d = parse_digest(&raw)?;
-    let row = visible(&state, &caller.namespace, &d).await?;
-    match state.db.delete_refs(&caller.namespace, &row.digest, state.now()).await {
-        Err(e) if e.is_full() => {
-            make_room(&state).await;
-            state.db.delete_refs(&caller.namespace, &row.digest, state.now()).await?;
-        }
-        other => {
-            other?;
-        }
-    }
-    state.visibility.forget(&caller.namespace, &row.digest);
+    refs::delete(&state.blobs, &caller.namespace, &parse_digest(&raw)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -28,6 +28,23 @@ use crate::state::AppState;
 pub use openapi::ApiDoc;
 pub use ops::install_metrics;
 
+/// The caller of a request, from its bearer token (`auth::Tokens`); the request log learns its
+/// namespace.
+impl axum::extract::FromRequestParts<AppState> for crate::auth::Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let caller = state.tokens.authenticate(&parts.headers).await?;
+        if let Some(slot) = parts.extensions.get::<crate::auth::NamespaceSlot>() {
+            let _ = slot.0.set(caller.namespace.to_string());
+        }
+        Ok(caller)
+    }
+}
+
 /// The capped read's route (matched by the router, and before it: [`answer_before_router`]).
 const READ_ROUTE: &str = "/v1/blobs/{digest}/read";
 

@@ -92,7 +92,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
             .into_response();
     }
     let db = state.db.ping().await;
-    let blobs = state.blobs.ping().await;
+    let blobs = state.blobs.store.ping().await;
     match (db, blobs) {
         (Ok(()), Ok(())) => (StatusCode::OK, "ready\n").into_response(),
         (db, blobs) => {

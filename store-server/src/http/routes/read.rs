@@ -10,6 +10,7 @@ use super::query::{count_page, page_of, GrepQuery, ReadQuery};
 use crate::auth::{Caller, Scope};
 use crate::blobs::source::{escaped_page, redacted_escaped_page, visible, BlobSource};
 use crate::blobs::text::EscapedPage;
+use crate::blobs::Probes;
 use crate::error::{ApiError, ApiResult};
 use crate::http::json::{EscapedJson, PageJson};
 use crate::state::AppState;
@@ -28,26 +29,26 @@ pub(super) async fn read_blob(
     let d = parse_digest(&raw)?;
     q.check()?;
     // wait_ms is accepted and has nothing to wait for: a blob is complete.
-    let row = visible(&state, &caller.namespace, &d).await?;
-    let redact = caller.redacts(q.redact()).then_some(&*state.redactor);
+    let row = visible(&state.blobs, &caller.namespace, &d).await?;
+    let redact = caller.redacts(q.redact()).then_some(&*state.blobs.redactor);
     if redact.is_some() {
         // A page no secret overlaps is the plain page, and a page with secrets that page
         // with marks: from the text cache, as fast.
-        if let Some(page) = escaped_page(&state, &row, q.page()).await? {
+        if let Some(page) = escaped_page(&state.blobs, &row, q.page()).await? {
             let whole_lines = matches!(q.page(), crate::blobs::source::PageAsk::Lines { .. });
-            if let Some(page) = redacted_escaped_page(&state, &row, page, whole_lines).await? {
+            if let Some(page) = redacted_escaped_page(&state.blobs, &row, page, whole_lines).await? {
                 count_page(&page.page);
-                state.escaped_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Probes::count(&state.blobs.probes.escaped_pages);
                 return Ok(EscapedJson(page).into_response());
             }
         }
-        let src = BlobSource::new(&state, &row)?;
+        let src = BlobSource::new(&state.blobs, &row)?;
         return Ok(PageJson(page_of(&src, &q, redact).await?).into_response());
     }
-    if let Some(page) = escaped_page(&state, &row, q.page()).await? {
+    if let Some(page) = escaped_page(&state.blobs, &row, q.page()).await? {
         return Ok(escaped_answer(&state, page));
     }
-    let src = BlobSource::new(&state, &row)?;
+    let src = BlobSource::new(&state.blobs, &row)?;
     Ok(PageJson(page_of(&src, &q, None).await?).into_response())
 }
 
@@ -57,7 +58,7 @@ fn escaped_answer(state: &AppState, page: EscapedPage) -> Response {
     static ESCAPED: std::sync::LazyLock<metrics::Counter> =
         std::sync::LazyLock::new(|| metrics::counter!("spillway_read_escaped_pages_total"));
     ESCAPED.increment(1);
-    state.escaped_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Probes::count(&state.blobs.probes.escaped_pages);
     EscapedJson(page).into_response()
 }
 
@@ -75,7 +76,7 @@ pub(crate) async fn read_before_router<B>(
     req: &axum::http::Request<B>,
 ) -> Option<(Response, spillway_api::Namespace)> {
     // Only where visibility is cached (the embedded backend: one writer).
-    if req.method() != axum::http::Method::GET || !state.visibility.enabled() {
+    if req.method() != axum::http::Method::GET || !state.blobs.visibility.enabled() {
         return None;
     }
     let raw = req.uri().path().strip_prefix("/v1/blobs/")?.strip_suffix("/read")?;
@@ -83,7 +84,7 @@ pub(crate) async fn read_before_router<B>(
     if raw.contains(['/', '%']) || req.uri().query().is_some_and(|q| q.contains('%')) {
         return None;
     }
-    let caller = crate::auth::cached_caller(req.headers(), state)?;
+    let caller = state.tokens.cached_caller(req.headers())?;
     caller.require(Scope::Read).ok()?;
     let d = parse_digest(raw).ok()?;
     let axum::extract::Query(q) = axum::extract::Query::<ReadQuery>::try_from_uri(req.uri()).ok()?;
@@ -91,9 +92,9 @@ pub(crate) async fn read_before_router<B>(
     if caller.redacts(q.redact()) {
         return None;
     }
-    let row = crate::blobs::source::visible_cached(state, &caller.namespace, &d)?;
-    let page = escaped_page(state, &row, q.page()).await.ok()??;
-    state.reads_before_router.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let row = crate::blobs::source::visible_cached(&state.blobs, &caller.namespace, &d)?;
+    let page = escaped_page(&state.blobs, &row, q.page()).await.ok()??;
+    Probes::count(&state.blobs.probes.reads_before_router);
     Some((escaped_answer(state, page), caller.namespace))
 }
 
@@ -110,11 +111,11 @@ pub(super) async fn grep_blob(
     caller.require(Scope::Read)?;
     let d = parse_digest(&raw)?;
     let regex = q.compile()?;
-    let row = visible(&state, &caller.namespace, &d).await?;
+    let row = visible(&state.blobs, &caller.namespace, &d).await?;
     // Like a search, it gives way to other requests while they come (`Heavy::give_way`).
-    let src = BlobSource::new(&state, &row)?.scanning().giving_way(state.heavy.pace());
+    let src = BlobSource::new(&state.blobs, &row)?.scanning().giving_way(state.heavy.pace());
     let budget = state.config.search_budget;
-    let redact = caller.redacts(q.redact()).then(|| state.redactor.clone());
+    let redact = caller.redacts(q.redact()).then(|| state.blobs.redactor.clone());
     // The answer is made into JSON on the heavy pool too: a page of matches can be 100 KB.
     let body = state
         .heavy

@@ -21,7 +21,7 @@ pub(super) async fn search_outputs(
     Q(pairs): Q<Vec<(String, String)>>,
 ) -> ApiResult<Response> {
     caller.require(Scope::Read)?;
-    let found = search(&state, &caller, SearchAsk::from_pairs(pairs)?).await?;
+    let found = search(&state.search, &caller, SearchAsk::from_pairs(pairs)?).await?;
     let body = serde_json::to_vec(&found).map_err(ApiError::internal)?;
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }

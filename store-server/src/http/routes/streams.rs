@@ -72,7 +72,7 @@ pub(super) async fn create_stream(
     if max_bytes == 0 || max_bytes > cap {
         return Err(ApiError::InvalidArgument(format!("max_bytes must be 1 to {cap}")));
     }
-    let id = streams::create(&state, &caller.namespace, &opts.labels, ttl_ms, max_bytes).await?;
+    let id = streams::create(&state.streams, &caller.namespace, &opts.labels, ttl_ms, max_bytes).await?;
     Ok((StatusCode::CREATED, Json(StreamCreated { id: id.to_string(), max_bytes })).into_response())
 }
 
@@ -85,7 +85,7 @@ pub(super) async fn get_stream(
 ) -> ApiResult<Json<StreamInfo>> {
     caller.require(Scope::Read)?;
     let id = stream_id(&id)?;
-    Ok(Json(info(&streams::find(&state, &caller.namespace, &id).await?)))
+    Ok(Json(info(&streams::find(&state.streams, &caller.namespace, &id).await?)))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -131,7 +131,7 @@ pub(super) async fn append_stream(
             None => {}
         }
         let data = piece.split().freeze();
-        let answer = streams::append(&state, &caller.namespace, &id, offset, q.offset, &data).await?;
+        let answer = streams::append(&state.streams, &caller.namespace, &id, offset, q.offset, &data).await?;
         offset += data.len() as u64;
         last = Some(answer);
         if done {
@@ -157,9 +157,10 @@ pub(super) async fn read_stream(
     if wait > MAX_WAIT_MS {
         return Err(ApiError::InvalidArgument(format!("wait_ms must be at most {MAX_WAIT_MS}")));
     }
-    let row = streams::wait_for(&state, &caller.namespace, &id, q.wants_after(), Duration::from_millis(wait)).await?;
-    let redact = caller.redacts(q.redact()).then(|| state.redactor.clone());
-    let (mut page, sealed) = streams::read_content(&state, &caller.namespace, row, |src| {
+    let row =
+        streams::wait_for(&state.streams, &caller.namespace, &id, q.wants_after(), Duration::from_millis(wait)).await?;
+    let redact = caller.redacts(q.redact()).then(|| state.blobs.redactor.clone());
+    let (mut page, sealed) = streams::read_content(&state.streams, &caller.namespace, row, |src| {
         let (q, redact) = (q.clone(), redact.clone());
         Box::pin(async move { page_of(src, &q, redact.as_deref()).await })
     })
@@ -183,9 +184,9 @@ pub(super) async fn grep_stream(
     caller.require(Scope::Read)?;
     let id = stream_id(&id)?;
     let regex = q.compile()?;
-    let row = streams::find(&state, &caller.namespace, &id).await?;
-    let (st, ns, budget) = (state.clone(), caller.namespace.clone(), state.config.search_budget);
-    let redact = caller.redacts(q.redact()).then(|| state.redactor.clone());
+    let row = streams::find(&state.streams, &caller.namespace, &id).await?;
+    let (st, ns, budget) = (state.streams.clone(), caller.namespace.clone(), state.config.search_budget);
+    let redact = caller.redacts(q.redact()).then(|| state.blobs.redactor.clone());
     let body = state
         .heavy
         .run(async move {
@@ -216,7 +217,7 @@ pub(super) async fn seal_stream(
     caller.require(Scope::Write)?;
     let how = parse_seal(&body)?;
     let id = stream_id(&id)?;
-    let (record, fresh) = streams::seal(&state, &caller.namespace, &id, how).await?;
+    let (record, fresh) = streams::seal(&state.streams, &caller.namespace, &id, how).await?;
     let status = if fresh { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(record)).into_response())
 }
