@@ -1,5 +1,6 @@
-//! CPU-side costs that no I/O hides: page cutting, line lookup, truncation, and the per-turn
-//! gate over 15 results of 100 KB (target: ≤ 10 ms beside its I/O).
+//! CPU-side costs that no I/O hides: page cutting, line lookup, truncation, the per-turn
+//! gate over 15 results of 100 KB (target: ≤ 10 ms beside its I/O), and a compacted chunk's
+//! read with and without its integrity check (api.md v1.3: at most 1.1× without).
 
 use std::sync::Arc;
 
@@ -44,6 +45,25 @@ fn benches(c: &mut Criterion) {
     let turn: Vec<TurnResult> =
         (0..15).map(|i| TurnResult::Text(text[i * 100_000..(i + 1) * 100_000].to_owned())).collect();
     c.bench_function("gate_15_x_100kb", |bn| bn.iter(|| rt.block_on(gate.apply(turn.clone()))));
+    // A chunk of the average size, as a capped read that misses the chunk cache reads it: its
+    // zstd frame decompressed alone (no check), and as the server does it (the frame's own
+    // checksum, then BLAKE3 of the chunk against its name).
+    let raw = &text.as_bytes()[1 << 20..(1 << 20) + spillway_server::chunks::AVG_CHUNK];
+    let unchecked = zstd::bulk::compress(raw, spillway_server::chunks::LEVEL).unwrap();
+    let frame = spillway_server::chunks::compress(raw).unwrap();
+    let loc = spillway_server::db::ChunkLoc {
+        digest: spillway_api::Digest::of(raw),
+        pack: "bench".into(),
+        pack_offset: 0,
+        length: frame.len() as u64,
+        raw_length: raw.len() as u64,
+    };
+    c.bench_function("chunk_64k_decompress_unchecked", |bn| {
+        bn.iter(|| zstd::bulk::decompress(&unchecked, raw.len()).unwrap())
+    });
+    c.bench_function("chunk_64k_decompress_checked", |bn| {
+        bn.iter(|| spillway_server::chunks::decompress(&frame, &loc).unwrap())
+    });
 }
 
 criterion_group!(cpu, benches);

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from ._spillway import (
+    Corrupt,
     DigestMismatch,
     Forbidden,
     InsufficientStorage,
@@ -44,6 +45,7 @@ from ._spillway import (
 
 __all__ = [
     "AsyncStore",
+    "Corrupt",
     "DigestMismatch",
     "Forbidden",
     "InsufficientStorage",

@@ -93,6 +93,13 @@ create_exception!(
     "A concurrency limit is reached; retry shortly (`too_many_requests`, 429)."
 );
 
+create_exception!(
+    spillway,
+    Corrupt,
+    SpillwayError,
+    "The output's stored bytes fail their hash or are gone; uploading the same content again repairs it (`corrupt`, 500)."
+);
+
 /// The contract's name of a code (`not_found`, …).
 fn code_name(code: &ErrorCode) -> String {
     serde_json::to_value(code).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "error".into())
@@ -116,6 +123,7 @@ fn class_of<'py>(py: Python<'py>, code: &str) -> Bound<'py, PyType> {
         "insufficient_storage" => py.get_type::<InsufficientStorage>(),
         "quota_exceeded" => py.get_type::<QuotaExceeded>(),
         "too_many_requests" => py.get_type::<TooManyRequests>(),
+        "corrupt" => py.get_type::<Corrupt>(),
         _ => py.get_type::<SpillwayError>(),
     }
 }
@@ -713,6 +721,7 @@ fn _spillway(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "insufficient_storage",
         "quota_exceeded",
         "too_many_requests",
+        "corrupt",
     ] {
         let class = class_of(py, code);
         m.add(class.name()?, class)?;

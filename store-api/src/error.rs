@@ -40,6 +40,9 @@ pub enum ErrorCode {
     TooManyRequests,
     /// A server fault that is not the caller's.
     Internal,
+    /// The stored bytes of an output (or of the part asked for) fail their hash, or are gone:
+    /// nothing of them is served; uploading the same content again repairs it (v1.3).
+    Corrupt,
     /// A code this version does not know.
     #[serde(other)]
     Other,
@@ -59,7 +62,7 @@ impl ErrorCode {
             Self::TooManyRequests => 429,
             Self::Unavailable => 503,
             Self::InsufficientStorage | Self::QuotaExceeded => 507,
-            Self::Internal | Self::Other => 500,
+            Self::Internal | Self::Corrupt | Self::Other => 500,
         }
     }
 }

@@ -75,6 +75,9 @@ pub struct Config {
     pub compact_after: Duration,
     /// How often the server runs a compaction pass.
     pub compact_interval: Duration,
+    /// Time the background scrub takes to check everything stored, a 24th at a time
+    /// (`Duration::ZERO`: no background scrub).
+    pub scrub_interval: Duration,
     /// How long a server holds the compaction lease without renewing it (it renews it with
     /// every blob): after a crash, the next compaction starts within this long.
     pub compaction_lease: Duration,
@@ -114,6 +117,7 @@ impl Config {
             redact_rules: None,
             compact_after: Duration::from_secs(300),
             compact_interval: Duration::from_secs(60),
+            scrub_interval: Duration::from_secs(86_400),
             compaction_lease: Duration::from_secs(120),
         }
     }

@@ -91,6 +91,9 @@ pub enum ApiError {
     /// A fault of the server's.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The stored bytes of this blob fail their hash or are gone (api.md v1.3, Integrity).
+    #[error("the stored bytes of {0} fail their hash (damaged or missing storage), so none of them are served; uploading the same content again repairs it")]
+    Corrupt(String),
 }
 
 impl ApiError {
@@ -117,6 +120,7 @@ impl ApiError {
             Self::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
             Self::TooManyRequests { .. } => ErrorCode::TooManyRequests,
             Self::Internal(_) => ErrorCode::Internal,
+            Self::Corrupt(_) => ErrorCode::Corrupt,
         }
     }
 }
@@ -224,6 +228,10 @@ impl From<BlobError> for ApiError {
             BlobError::NotFound => {
                 tracing::error!("blob bytes missing from storage");
                 ApiError::Unavailable("the blob's bytes are being replaced; retry".into())
+            }
+            BlobError::Corrupt(digest) => {
+                tracing::error!(%digest, "stored bytes fail their hash or are gone");
+                ApiError::Corrupt(digest.to_string())
             }
             BlobError::Storage(cause) => {
                 tracing::error!(cause = %cause, "blob storage failed");

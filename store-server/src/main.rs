@@ -124,6 +124,10 @@ struct ServeOpts {
     /// Seconds between compaction passes.
     #[arg(long, env = "SPILLWAY_COMPACT_INTERVAL", default_value_t = 60)]
     compact_interval: u64,
+    /// Seconds the background scrub takes to check everything stored against its hashes, a
+    /// 24th at a time, paced to give way to requests; 0 for no background scrub.
+    #[arg(long, env = "SPILLWAY_SCRUB_INTERVAL", default_value_t = 86_400)]
+    scrub_interval: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -140,8 +144,19 @@ enum Command {
         #[arg(long, value_name = "SECONDS", default_value_t = 0)]
         older_than: u64,
     },
-    /// Print what the store holds: {"stored_bytes", "logical_bytes", "blobs"}.
+    /// Print what the store holds: {"stored_bytes", "logical_bytes", "blobs", "corrupt"}.
     Stats,
+    /// Check stored blobs, chunks and packs against their hashes, mark what fails, print
+    /// {"checked_blobs", "checked_chunks", "checked_bytes", "corrupt", "missing", "seconds"}
+    /// and exit 1 when something failed.
+    Scrub {
+        /// Check only the N-th of T parts, by digest (`2/7`): a rolling check.
+        #[arg(long, value_name = "N/T", value_parser = parse_subset)]
+        subset: Option<(u32, u32)>,
+        /// Read at most this many bytes per second.
+        #[arg(long, value_name = "BYTES")]
+        max_rate: Option<u64>,
+    },
     /// Run one retention pass and print a JSON summary line.
     Retention {
         /// Report what would be deleted without deleting it.
@@ -174,6 +189,13 @@ enum TokenCommand {
         #[arg(long)]
         redacted: bool,
     },
+}
+
+fn parse_subset(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("{s:?} is not N/T with 1 <= N <= T, like 2/7");
+    let (n, t) = s.split_once('/').ok_or_else(bad)?;
+    let (n, t): (u32, u32) = (n.trim().parse().map_err(|_| bad())?, t.trim().parse().map_err(|_| bad())?);
+    (1..=t).contains(&n).then_some((n, t)).ok_or_else(bad)
 }
 
 fn parse_scope(s: &str) -> Result<Scope, String> {
@@ -225,6 +247,7 @@ impl ServeOpts {
         c.redact_rules = self.redact_rules.clone();
         c.compact_after = Duration::from_secs(self.compact_after);
         c.compact_interval = Duration::from_secs(self.compact_interval.max(1));
+        c.scrub_interval = Duration::from_secs(self.scrub_interval);
     }
 }
 
@@ -295,7 +318,7 @@ async fn main() -> anyhow::Result<()> {
     match &cli.command {
         None => cli.serve.apply(&mut config),
         Some(Command::Retention { retention, .. }) => retention.apply(&mut config),
-        Some(Command::Token { .. } | Command::Compact { .. } | Command::Stats) => {}
+        Some(Command::Token { .. } | Command::Compact { .. } | Command::Stats | Command::Scrub { .. }) => {}
     }
     let state = spillway_server::build_state(config, Arc::new(SystemClock)).await?;
     match cli.command {
@@ -369,6 +392,13 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&summary)?);
         }
         Some(Command::Stats) => println!("{}", serde_json::to_string(&state.db.storage_stats().await?)?),
+        Some(Command::Scrub { subset, max_rate }) => {
+            let opts = spillway_server::jobs::scrub::ScrubOpts { subset, max_rate, give_way: false };
+            let summary = spillway_server::jobs::scrub::run_scrub_once(&state.jobs, &opts).await?;
+            println!("{}", serde_json::to_string(&summary)?);
+            let (corrupt, missing) = (summary.corrupt.len(), summary.missing.len());
+            anyhow::ensure!(corrupt + missing == 0, "the scrub found {corrupt} corrupt and {missing} missing outputs");
+        }
         Some(Command::Retention { dry_run, .. }) => {
             let summary = spillway_server::run_retention_once(&state.jobs, dry_run).await?;
             println!("{}", serde_json::to_string(&summary)?);

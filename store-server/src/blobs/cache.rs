@@ -1,12 +1,14 @@
 //! What this process remembers of blobs: their rows (immutable, since a digest names its
-//! content) and, on the embedded backend only, which namespace sees which blob until when.
+//! content), on the embedded backend only which namespace sees which blob until when, and
+//! which outputs are marked damaged (`blobs/damage.rs`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 
 use spillway_api::Digest;
 
 use crate::db::BlobRow;
+use crate::storage::BlobError;
 
 /// Most blob rows kept; the cache is emptied when it is full.
 const BLOB_ROWS_MAX: usize = 4096;
@@ -89,5 +91,46 @@ impl VisibilityCache {
     pub fn forget(&self, ns: &str, digest: &Digest) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.remove(&(ns.to_owned(), *digest));
+    }
+}
+
+/// The marked outputs, by digest.
+#[derive(Debug, Default)]
+pub struct Damage {
+    marked: RwLock<HashSet<Digest>>,
+}
+
+impl Damage {
+    /// Whether `d` is marked.
+    pub fn contains(&self, d: &Digest) -> bool {
+        let marked = self.marked.read().unwrap_or_else(|e| e.into_inner());
+        !marked.is_empty() && marked.contains(d)
+    }
+
+    /// `Err(Corrupt)` when `d` is marked: what every read asks first.
+    pub fn check(&self, d: &Digest) -> Result<(), BlobError> {
+        if self.contains(d) {
+            return Err(BlobError::Corrupt(*d));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn set(&self, d: Digest, marked: bool) {
+        let mut set = self.marked.write().unwrap_or_else(|e| e.into_inner());
+        if marked {
+            set.insert(d);
+        } else {
+            set.remove(&d);
+        }
+    }
+}
+
+impl Damage {
+    /// Takes `now` as the whole set; gives the digests newly marked.
+    pub(crate) fn replace(&self, now: HashSet<Digest>) -> Vec<Digest> {
+        let mut set = self.marked.write().unwrap_or_else(|e| e.into_inner());
+        let added: Vec<Digest> = now.difference(&set).copied().collect();
+        *set = now;
+        added
     }
 }

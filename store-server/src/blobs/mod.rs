@@ -17,6 +17,7 @@ use crate::storage::local::reserve::Reserve;
 use crate::storage::BlobStore;
 
 pub(crate) mod cache;
+pub mod damage;
 pub mod refs;
 pub(crate) mod secrets;
 pub mod source;
@@ -65,6 +66,8 @@ pub struct Inner {
     pub namespace_quota_bytes: Option<u64>,
     /// Counts of rare branches and fast paths, per server (tests show the paths run).
     pub probes: Probes,
+    /// Outputs whose stored bytes failed their hash: never read.
+    pub damage: cache::Damage,
 }
 
 /// What [`Blobs::new`] is made from.
@@ -98,6 +101,7 @@ impl Blobs {
             max_blob_bytes: p.config.max_blob_bytes,
             namespace_quota_bytes: p.config.namespace_quota_bytes,
             probes: Probes::default(),
+            damage: Default::default(),
         }))
     }
 

@@ -35,6 +35,11 @@ impl SecretCache {
     /// Blocks kept: 65,536 of 256 KiB are the secrets of 16 GiB of blobs, in a few MiB.
     const BLOCKS: usize = 1 << 16;
 
+    /// Forgets what was found in `d`'s blocks (its stored bytes were damaged, or stored again).
+    pub(crate) fn forget(&self, d: &Digest) {
+        self.blocks.retain(|(k, _), _| k != d);
+    }
+
     pub(crate) fn new() -> Self {
         Self { blocks: quick_cache::sync::Cache::with_weighter(Self::BLOCKS, 2 * Self::BLOCKS as u64, BySpans) }
     }

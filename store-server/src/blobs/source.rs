@@ -11,7 +11,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use spillway_api::paging::lines::{Checkpoint, LineIndex};
 use spillway_api::paging::Source;
-use spillway_api::{AnyDigest, Namespace};
+use spillway_api::{AnyDigest, Digest, Namespace};
 
 use crate::blobs::text::{EscapedPage, TextBlob};
 use crate::blobs::Blobs;
@@ -65,6 +65,7 @@ pub(crate) enum PageAsk {
 /// A page of a stored blob from its escaped text (`blobs/text/`), or `None` when that page is to
 /// be cut the usual way (a small inline blob, no text cache, a page that is not plain text).
 pub(crate) async fn escaped_page(blobs: &Blobs, row: &Arc<BlobRow>, ask: PageAsk) -> ApiResult<Option<EscapedPage>> {
+    blobs.damage.check(&row.digest)?;
     let (Some(text), None) = (&blobs.text, &row.inline_data) else {
         return Ok(None);
     };
@@ -108,17 +109,29 @@ pub(crate) async fn redacted_escaped_page(
 /// copy, or in its chunks once compacted. A row read before a compaction (here or on another
 /// replica), or before a deletion and a new upload of the same content, may name a layout
 /// that is gone: the bytes are then read as the row says now.
+///
+/// Bytes that fail their check are never handed out: a marked blob is refused before it is
+/// read, and a chunk that fails marks its blob (`Err(Corrupt)`); bytes missing under a live
+/// row are `Err(Corrupt)` too, and marked once they are still missing a moment later.
 pub async fn blob_range(blobs: &Blobs, row: &BlobRow, range: Range<u64>) -> Result<Bytes, BlobError> {
+    blobs.damage.check(&row.digest)?;
     if let Some(data) = &row.inline_data {
         return Ok(Bytes::copy_from_slice(&data[range.start as usize..range.end as usize]));
     }
-    match range_as(blobs, row, range.clone()).await {
+    let got = match range_as(blobs, row, range.clone()).await {
         Err(BlobError::NotFound) => match moved(blobs, row).await? {
-            Some(now) => range_as(blobs, &now, range).await,
-            None => Err(BlobError::NotFound),
+            Layout::Moved(now) => range_as(blobs, &now, range).await,
+            Layout::Same => missing(blobs, row).await,
+            Layout::Gone => Err(BlobError::NotFound),
         },
         other => other,
+    };
+    if let Err(BlobError::Corrupt(d)) = &got {
+        if !blobs.damage.contains(d) && row.chunked {
+            blobs.mark_damaged(d, "corrupt").await;
+        }
     }
+    got
 }
 
 async fn range_as(blobs: &Blobs, row: &BlobRow, range: Range<u64>) -> Result<Bytes, BlobError> {
@@ -135,17 +148,89 @@ pub async fn blob_stream(
     row: &BlobRow,
     range: Range<u64>,
 ) -> Result<BoxStream<'static, Result<Bytes, BlobError>>, BlobError> {
+    blobs.damage.check(&row.digest)?;
     if let Some(data) = &row.inline_data {
         let data = Bytes::copy_from_slice(&data[range.start as usize..range.end as usize]);
         return Ok(futures::stream::once(async move { Ok(data) }).boxed());
     }
-    match stream_as(blobs, row, range.clone()).await {
+    let stream = match stream_as(blobs, row, range.clone()).await {
         Err(BlobError::NotFound) => match moved(blobs, row).await? {
-            Some(now) => stream_as(blobs, &now, range).await,
-            None => Err(BlobError::NotFound),
+            Layout::Moved(now) => stream_as(blobs, &now, range.clone()).await,
+            Layout::Same => missing(blobs, row).await,
+            Layout::Gone => Err(BlobError::NotFound),
         },
         other => other,
+    }?;
+    Ok(checked(blobs.clone(), row.digest, range.start == 0 && range.end == row.size, stream))
+}
+
+/// A download as it streams. When it is the whole blob, it is hashed and its last piece held
+/// back until the hash is known: bytes that are not the blob's end the body with an error
+/// instead of that piece, so the connection closes before the body completes and no client
+/// takes it for whole. Whatever the range, a chunk that fails its check ends it too. Either
+/// marks the blob.
+fn checked(
+    blobs: Blobs,
+    digest: Digest,
+    whole: bool,
+    stream: BoxStream<'static, Result<Bytes, BlobError>>,
+) -> BoxStream<'static, Result<Bytes, BlobError>> {
+    struct Check {
+        inner: BoxStream<'static, Result<Bytes, BlobError>>,
+        hasher: Option<blake3::Hasher>,
+        held: Option<Bytes>,
+        done: bool,
     }
+    let start = Check { inner: stream, hasher: whole.then(blake3::Hasher::new), held: None, done: false };
+    futures::stream::unfold(start, move |mut st| {
+        let blobs = blobs.clone();
+        async move {
+            if st.done {
+                return None;
+            }
+            loop {
+                match st.inner.next().await {
+                    Some(Ok(bytes)) => {
+                        let Some(h) = st.hasher.as_mut() else { return Some((Ok(bytes), st)) };
+                        h.update(&bytes);
+                        if let Some(prev) = st.held.replace(bytes) {
+                            return Some((Ok(prev), st));
+                        }
+                    }
+                    Some(Err(BlobError::Corrupt(_))) => break,
+                    Some(Err(e)) => {
+                        st.done = true;
+                        return Some((Err(e), st));
+                    }
+                    None => {
+                        st.done = true;
+                        let whole_ok =
+                            st.hasher.take().is_none_or(|h| Digest::from_bytes(*h.finalize().as_bytes()) == digest);
+                        if whole_ok {
+                            return st.held.take().map(|last| (Ok(last), st));
+                        }
+                        break;
+                    }
+                }
+            }
+            st.done = true;
+            if !blobs.damage.contains(&digest) {
+                blobs.mark_damaged(&digest, "corrupt").await;
+            }
+            Some((Err(BlobError::Corrupt(digest)), st))
+        }
+    })
+    .boxed()
+}
+
+/// Bytes not found under a live row whose layout has not moved: gone, in a store that answers;
+/// else the store is down.
+async fn missing<T>(blobs: &Blobs, row: &BlobRow) -> Result<T, BlobError> {
+    if !blobs.store.lists_blobs().await {
+        return Err(BlobError::storage("the blob store does not answer a listing"));
+    }
+    blobs.suspect_missing(&row.digest);
+    Err(BlobError::Corrupt(row.digest))
 }
 
 async fn stream_as(
@@ -162,18 +247,29 @@ async fn stream_as(
     }
 }
 
-/// The blob's row as the database has it now, when its layout is not the one `row` named
-/// (the cached row is renewed); `None` when it is the same, or gone.
-async fn moved(blobs: &Blobs, row: &BlobRow) -> Result<Option<Arc<BlobRow>>, BlobError> {
+/// Where a blob's bytes are by the database's word now, after they were not where `row`
+/// said.
+enum Layout {
+    /// In another layout (compacted meanwhile, or stored anew): the cached row is renewed.
+    Moved(Arc<BlobRow>),
+    /// Where `row` said: the row is there and its bytes are not — damage, not a race (a
+    /// deletion removes bytes and row in one transaction; an upload publishes before its row).
+    Same,
+    /// The blob was deleted meanwhile.
+    Gone,
+}
+
+async fn moved(blobs: &Blobs, row: &BlobRow) -> Result<Layout, BlobError> {
     let fresh = blobs.db.blob_row(&row.digest).await.map_err(|e| BlobError::Storage(e.into()))?;
     Ok(match fresh {
         Some(now) if now.chunked != row.chunked => {
             let now = Arc::new(now);
             blobs.rows.put(now.clone());
             blobs.chunks.forget(&row.digest);
-            Some(now)
+            Layout::Moved(now)
         }
-        _ => None,
+        Some(_) => Layout::Same,
+        None => Layout::Gone,
     })
 }
 
@@ -191,6 +287,7 @@ pub struct BlobSource {
 impl BlobSource {
     /// The blob of `row`, for the paging code.
     pub fn new(blobs: &Blobs, row: &Arc<BlobRow>) -> ApiResult<Self> {
+        blobs.damage.check(&row.digest)?;
         let index = LineIndex::decode(&row.line_index);
         Ok(Self { blobs: blobs.clone(), row: row.clone(), index, ahead: false, pace: None })
     }

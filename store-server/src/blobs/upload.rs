@@ -69,7 +69,8 @@ fn direct_key(blobs: &Blobs, expected: Option<AnyDigest>, size_hint: Option<u64>
     if !blobs.store.writes_direct() || size_hint.is_some_and(|n| n <= INLINE_MAX as u64) {
         return None;
     }
-    Some(d)
+    // Content whose stored copy is damaged is staged apart: its publication replaces that copy.
+    (!blobs.damage.contains(&d)).then_some(d)
 }
 
 fn check(expected: Option<AnyDigest>, staged: &Staged) -> ApiResult<()> {
@@ -105,6 +106,14 @@ async fn commit(blobs: &Blobs, expected: Option<AnyDigest>, spec: &RefSpec, stag
     // way, so an upload's timing never tells whether another namespace holds its content.
     // Bytes written straight to their key are completed inside the row's transaction
     // (`Db::add_ref`), and only if the row needs them.
+    // Content whose stored copy failed its hash (or is gone) is stored again: the damaged copy
+    // goes first, so that publication puts these verified bytes in its place.
+    // (Not an upload written straight to its key: one of marked content never is, but for a
+    // mark that came while it was received, which the next upload repairs.)
+    let repairs = !inside && blobs.damage.contains(&staged.digest);
+    if repairs && staged.inline().is_none() {
+        make_room_for_repair(blobs, &staged.digest).await?;
+    }
     if !inside {
         blobs.store.publish(staged).await?;
     }
@@ -131,16 +140,35 @@ async fn commit(blobs: &Blobs, expected: Option<AnyDigest>, spec: &RefSpec, stag
         tracing::warn!(digest = %staged.digest, "bytes removed by a deletion that raced this upload; publishing again");
         blobs.store.publish(staged).await?;
     }
+    if repairs {
+        blobs.clear_damaged(&staged.digest).await?;
+        tracing::info!(digest = %staged.digest, "damaged content stored again");
+    }
     Ok(Stored {
         record: BlobRecord {
             digest: staged.digest,
             sha256: Sha256Digest::from_bytes(staged.sha256).to_string(),
             size: staged.size,
             lines: staged.lines,
-            deduplicated: done.deduplicated,
+            // A repair answers as a first upload does (api.md v1.3).
+            deduplicated: done.deduplicated && !repairs,
             expires_at: expires_at.map(rfc3339),
         },
     })
+}
+
+/// Before verified bytes of damaged content are published whole (the mark keeps every read
+/// away meanwhile): a compacted blob becomes raw again first — its chunk list goes; a later
+/// compaction makes a new one, storing afresh any chunk marked damaged — so that retention's
+/// sweep never takes the new raw copy for a leftover under a `chunked` row; a raw blob's
+/// damaged copy goes, so that publication puts the new bytes in its place.
+async fn make_room_for_repair(blobs: &Blobs, d: &Digest) -> ApiResult<()> {
+    match blobs.db.blob_row(d).await? {
+        Some(row) if row.chunked => blobs.db.restore_raw(d).await?,
+        _ => blobs.store.delete(d).await?,
+    }
+    blobs.forget_bytes(d);
+    Ok(())
 }
 
 /// With `--namespace-quota-bytes`: refuses content the namespace does not hold yet when it

@@ -85,16 +85,36 @@ impl Chunker {
     }
 }
 
-/// A compressed chunk.
+/// A compressed chunk: one zstd frame that carries the checksum of its content, so that a
+/// damaged frame fails as it is decompressed.
 pub fn compress(raw: &[u8]) -> Result<Vec<u8>, BlobError> {
-    zstd::bulk::compress(raw, LEVEL).map_err(|e| BlobError::Storage(e.into()))
+    thread_local! {
+        static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
+    }
+    COMPRESSOR
+        .with(|c| {
+            let mut c = c.borrow_mut();
+            if c.is_none() {
+                let mut made = zstd::bulk::Compressor::new(LEVEL)?;
+                made.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+                *c = Some(made);
+            }
+            c.as_mut().expect("made above").compress(raw)
+        })
+        .map_err(|e| BlobError::Storage(e.into()))
 }
 
-/// A chunk's raw bytes from its frame.
-fn decompress(frame: &[u8], raw_length: u64) -> Result<Bytes, BlobError> {
-    let raw = zstd::bulk::decompress(frame, raw_length as usize).map_err(|e| BlobError::Storage(e.into()))?;
-    if raw.len() as u64 != raw_length {
-        return Err(BlobError::storage(format!("a chunk decompressed to {} bytes, not {raw_length}", raw.len())));
+/// A chunk's raw bytes from its frame, checked against the chunk's name: a frame that does
+/// not decompress (its own checksum fails, or it is cut short), or whose bytes do not hash to
+/// the chunk's digest, is [`BlobError::Corrupt`] — never bytes handed on.
+pub fn decompress(frame: &[u8], loc: &ChunkLoc) -> Result<Bytes, BlobError> {
+    let corrupt = || BlobError::Corrupt(loc.digest);
+    if frame.len() as u64 != loc.length {
+        return Err(corrupt());
+    }
+    let raw = zstd::bulk::decompress(frame, loc.raw_length as usize).map_err(|_| corrupt())?;
+    if raw.len() as u64 != loc.raw_length || Digest::of(&raw) != loc.digest {
+        return Err(corrupt());
     }
     Ok(raw.into())
 }
@@ -176,27 +196,28 @@ impl ChunkReader {
             .await
     }
 
-    /// One chunk's raw bytes, decompressed once however many readers ask at the same time.
+    /// One chunk's raw bytes, decompressed and checked once however many readers ask at the
+    /// same time.
     async fn chunk(&self, blobs: &BlobStore, loc: &ChunkLoc) -> Result<Bytes, BlobError> {
-        self.chunks
-            .get_or_insert_async(&loc.digest, async {
-                let frame = blobs.get_pack_range(&loc.pack, loc.pack_offset..loc.pack_offset + loc.length).await?;
-                let raw_length = loc.raw_length;
-                tokio::task::spawn_blocking(move || decompress(&frame, raw_length)).await?
-            })
-            .await
+        self.chunks.get_or_insert_async(&loc.digest, fetch_chunk(blobs.clone(), loc.clone())).await
     }
 
     /// Bytes `range` (within the blob) of compacted blob `blob`. A chunk list kept from before
-    /// the blob was deleted and compacted again (its packs gone) is read again once.
+    /// the blob was deleted and compacted again (its packs gone) is read again once; a pack
+    /// still missing then, or a chunk that fails its check, is [`BlobError::Corrupt`] of
+    /// `blob`.
     pub async fn read(&self, db: &Db, blobs: &BlobStore, blob: &Digest, range: Range<u64>) -> Result<Bytes, BlobError> {
-        match self.read_with_map(db, blobs, blob, range.clone()).await {
+        let got = match self.read_with_map(db, blobs, blob, range.clone(), false).await {
             Err(BlobError::NotFound) => {
                 self.maps.remove(blob);
-                self.read_with_map(db, blobs, blob, range).await
+                self.read_with_map(db, blobs, blob, range, true).await
             }
             other => other,
+        };
+        if let Err(BlobError::Corrupt(chunk)) = &got {
+            record_damaged_chunk(db, chunk).await;
         }
+        got.map_err(|e| of_blob(e, blob))
     }
 
     async fn read_with_map(
@@ -205,15 +226,16 @@ impl ChunkReader {
         blobs: &BlobStore,
         blob: &Digest,
         range: Range<u64>,
+        fresh: bool,
     ) -> Result<Bytes, BlobError> {
         if range.is_empty() {
             return Ok(Bytes::new());
         }
         let map = self.map(db, blob).await?;
-        let pieces = futures::future::try_join_all(
-            map.covering(range.clone())
-                .map(|(start, loc)| async move { Ok::<_, BlobError>((start, self.chunk(blobs, loc).await?)) }),
-        )
+        let pieces = futures::future::try_join_all(map.covering(range.clone()).map(|(start, loc)| async move {
+            let chunk = self.chunk(blobs, loc).await;
+            Ok::<_, BlobError>((start, if fresh { pack_gone(blobs, chunk, loc).await } else { chunk }?))
+        }))
         .await?;
         let slice = |start: u64, chunk: &Bytes| {
             let from = range.start.saturating_sub(start) as usize;
@@ -248,18 +270,20 @@ impl ChunkReader {
     ) -> Result<BoxStream<'static, Result<Bytes, BlobError>>, BlobError> {
         let map = self.map(db, blob).await?;
         let parts: Vec<(u64, ChunkLoc)> = map.covering(range.clone()).map(|(s, l)| (s, l.clone())).collect();
-        let (this, blobs) = (self.clone(), blobs.clone());
+        let (this, blobs, db) = (self.clone(), blobs.clone(), db.clone());
         let stream = futures::stream::iter(parts)
             .map(move |(start, loc)| {
-                let (this, blobs, range) = (this.clone(), blobs.clone(), range.clone());
+                let (this, blobs, range, db) = (this.clone(), blobs.clone(), range.clone(), db.clone());
                 async move {
                     // A download streams past: what it reads need not stay in the cache.
                     let chunk = match this.chunks.get(&loc.digest) {
                         Some(c) => c,
                         None => {
-                            let frame =
-                                blobs.get_pack_range(&loc.pack, loc.pack_offset..loc.pack_offset + loc.length).await?;
-                            tokio::task::spawn_blocking(move || decompress(&frame, loc.raw_length)).await??
+                            let fetched = pack_gone(&blobs, fetch_chunk(blobs.clone(), loc.clone()).await, &loc).await;
+                            if let Err(BlobError::Corrupt(chunk)) = &fetched {
+                                record_damaged_chunk(&db, chunk).await;
+                            }
+                            fetched?
                         }
                     };
                     let from = range.start.saturating_sub(start) as usize;
@@ -268,6 +292,10 @@ impl ChunkReader {
                 }
             })
             .buffered(READ_AHEAD)
+            .map_err({
+                let blob = *blob;
+                move |e| of_blob(e, &blob)
+            })
             .try_filter(|b| futures::future::ready(!b.is_empty()));
         Ok(stream.boxed())
     }
@@ -275,6 +303,41 @@ impl ChunkReader {
     /// Forgets a blob's chunk list (it was deleted).
     pub fn forget(&self, blob: &Digest) {
         self.maps.remove(blob);
+    }
+}
+
+/// A chunk's frame read from its pack, decompressed and checked.
+async fn fetch_chunk(blobs: BlobStore, loc: ChunkLoc) -> Result<Bytes, BlobError> {
+    let frame = blobs.get_pack_range(&loc.pack, loc.pack_offset..loc.pack_offset + loc.length).await?;
+    tokio::task::spawn_blocking(move || decompress(&frame, &loc)).await?
+}
+
+/// A pack missing under a chunk list read afresh: the list is the database's word that the
+/// pack holds the chunk (a pack goes only once no list names it), so its absence is damage —
+/// when the store answers at all (a bucket gone answers every key with a 404 too).
+async fn pack_gone(blobs: &BlobStore, got: Result<Bytes, BlobError>, loc: &ChunkLoc) -> Result<Bytes, BlobError> {
+    match got {
+        Err(BlobError::NotFound) if blobs.lists_blobs().await => Err(BlobError::Corrupt(loc.digest)),
+        Err(BlobError::NotFound) => Err(BlobError::storage("the blob store does not answer a listing")),
+        other => other,
+    }
+}
+
+/// Marks a chunk that failed its check, and every blob whose list names it, so that no read
+/// of them is served and no compaction reuses the chunk (`db/damage.rs`).
+async fn record_damaged_chunk(db: &Db, chunk: &Digest) {
+    use crate::clock::Clock as _;
+    match db.mark_chunks_damaged(&[*chunk], crate::clock::SystemClock.now_ms()).await {
+        Ok(blobs) => tracing::error!(%chunk, blobs = blobs.len(), "a chunk fails its hash; its blobs are marked"),
+        Err(e) => tracing::error!(%chunk, cause = %e, "could not record a damaged chunk"),
+    }
+}
+
+/// A chunk's failure as the failure of the blob being read.
+fn of_blob(e: BlobError, blob: &Digest) -> BlobError {
+    match e {
+        BlobError::Corrupt(_) => BlobError::Corrupt(*blob),
+        other => other,
     }
 }
 
@@ -351,7 +414,23 @@ mod tests {
         let raw = bytes_like_logs(200_000, 3);
         let frame = compress(&raw).unwrap();
         assert!(frame.len() < raw.len() / 3, "logs compress");
-        assert_eq!(decompress(&frame, raw.len() as u64).unwrap(), raw);
-        assert!(decompress(&frame, raw.len() as u64 - 1).is_err(), "a wrong length is an error");
+        let loc = ChunkLoc {
+            digest: Digest::of(&raw),
+            pack: "p".into(),
+            pack_offset: 0,
+            length: frame.len() as u64,
+            raw_length: raw.len() as u64,
+        };
+        assert_eq!(decompress(&frame, &loc).unwrap(), raw);
+        let short = ChunkLoc { raw_length: raw.len() as u64 - 1, ..loc.clone() };
+        assert!(matches!(decompress(&frame, &short), Err(BlobError::Corrupt(_))), "a wrong length is damage");
+        for at in [0, frame.len() / 2, frame.len() - 1] {
+            let mut bad = frame.clone();
+            bad[at] ^= 0x10;
+            assert!(matches!(decompress(&bad, &loc), Err(BlobError::Corrupt(d)) if d == loc.digest), "flip at {at}");
+        }
+        assert!(matches!(decompress(&frame[..frame.len() - 3], &loc), Err(BlobError::Corrupt(_))), "cut short");
+        let named_wrong = ChunkLoc { digest: Digest::of(b"other"), ..loc };
+        assert!(matches!(decompress(&frame, &named_wrong), Err(BlobError::Corrupt(_))), "not the chunk named");
     }
 }

@@ -88,12 +88,14 @@ pub struct StorageStats {
     pub logical_bytes: u64,
     /// Live blobs.
     pub blobs: u64,
+    /// Outputs whose stored bytes are marked as failing their hash (api.md v1.3).
+    pub corrupt: u64,
 }
 
 /// Rows an `IN (…)` list or a multi-row insert takes at a time.
 const BATCH: usize = 400;
 
-fn chunk_from_row(r: &sqlx::any::AnyRow) -> DbResult<ChunkLoc> {
+pub(super) fn chunk_from_row(r: &sqlx::any::AnyRow) -> DbResult<ChunkLoc> {
     Ok(ChunkLoc {
         digest: digest_at(r, "digest")?,
         pack: r.try_get("pack")?,
@@ -114,7 +116,8 @@ impl Db {
         for batch in digests.chunks(BATCH) {
             let sql = format!(
                 "SELECT c.digest, c.pack, c.pack_offset, c.length, c.raw_length FROM chunks c \
-                 JOIN packs p ON p.id = c.pack WHERE p.state = 'live' AND c.digest IN ({})",
+                 JOIN packs p ON p.id = c.pack WHERE p.state = 'live' AND c.digest IN ({}) \
+                 AND NOT EXISTS (SELECT 1 FROM damaged_chunks d WHERE d.digest = c.digest)",
                 marks(1, batch.len())
             );
             let mut q = sqlx::query(&sql);
@@ -386,6 +389,7 @@ impl Db {
             stored_bytes: (blobs.try_get::<i64, _>("raw")? + packs) as u64,
             logical_bytes: blobs.try_get::<i64, _>("logical")? as u64,
             blobs: blobs.try_get::<i64, _>("n")? as u64,
+            corrupt: self.count_damaged().await?,
         })
     }
 
@@ -451,7 +455,8 @@ async fn insert_chunks(c: &mut AnyConnection, chunks: &[ChunkLoc]) -> DbResult<(
             "INSERT INTO chunks (digest, pack, pack_offset, length, raw_length) VALUES {} \
              ON CONFLICT (digest) DO UPDATE SET pack = excluded.pack, pack_offset = excluded.pack_offset, \
              length = excluded.length, raw_length = excluded.raw_length \
-             WHERE NOT EXISTS (SELECT 1 FROM packs p WHERE p.id = chunks.pack AND p.state = 'live')",
+             WHERE NOT EXISTS (SELECT 1 FROM packs p WHERE p.id = chunks.pack AND p.state = 'live') \
+             OR EXISTS (SELECT 1 FROM damaged_chunks d WHERE d.digest = chunks.digest)",
             values.join(", ")
         );
         let mut q = sqlx::query(&sql);
@@ -462,6 +467,13 @@ async fn insert_chunks(c: &mut AnyConnection, chunks: &[ChunkLoc]) -> DbResult<(
                 .bind(to_i64(ch.pack_offset))
                 .bind(to_i64(ch.length))
                 .bind(to_i64(ch.raw_length));
+        }
+        q.execute(&mut *c).await?;
+        // A damaged chunk stored afresh (stored_chunks never offers one for reuse) is mended.
+        let sql = format!("DELETE FROM damaged_chunks WHERE digest IN ({})", marks(1, batch.len()));
+        let mut q = sqlx::query(&sql);
+        for ch in batch {
+            q = q.bind(ch.digest.hex());
         }
         q.execute(&mut *c).await?;
     }

@@ -8,6 +8,7 @@
 
 mod blobs;
 mod chunks;
+mod damage;
 pub(crate) mod error;
 mod keys;
 mod pool;
@@ -18,6 +19,7 @@ mod tokens;
 
 pub use blobs::{AddRef, BlobRow, BlobState, Complete, NewRef, RefRow, Referenced};
 pub use chunks::{ChunkLoc, Compacted, NewPack, StorageStats};
+pub use damage::ScrubBlob;
 pub use error::{DbError, DbResult};
 pub use pool::{Backend, Db, GROUP_SECONDS, GROUP_WRITES};
 pub use search::{SearchOutput, MAX_SEARCH_OUTPUTS};

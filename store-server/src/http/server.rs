@@ -34,6 +34,9 @@ pub async fn serve(
     let cancel = CancellationToken::new();
     let st = state.clone();
     tokio::spawn(async move { crate::jobs::retention::report_storage(&st.jobs).await });
+    let scrub =
+        tokio::spawn(crate::jobs::scrub::run_scrub(state.jobs.clone(), state.config.scrub_interval, cancel.clone()));
+    let damage = tokio::spawn(crate::blobs::damage::refresh_damage(state.blobs.clone(), cancel.clone()));
     let retention = tokio::spawn(run_retention(state.jobs.clone(), state.config.retention_interval, cancel.clone()));
     let compaction = tokio::spawn(crate::jobs::compaction::run_compaction(
         state.jobs.clone(),
@@ -44,6 +47,8 @@ pub async fn serve(
     crate::http::listen::accept_loop(listener, router(state.clone()), Some(state), &config, shutdown).await;
     cancel.cancel();
     let _ = retention.await;
+    let _ = damage.await;
+    let _ = scrub.await;
     let _ = compaction.await;
     Ok(())
 }

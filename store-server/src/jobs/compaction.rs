@@ -207,8 +207,13 @@ impl Prepared {
 }
 
 /// First half of a blob's compaction: its raw bytes read and cut, its new chunks compressed
-/// into packs and written. `None` when the blob is gone.
+/// into packs and written. `None` when the blob is gone, or its bytes fail their hash: chunks
+/// named by the hashes of damaged bytes would pass every later check, so a damaged blob is
+/// never compacted — it is marked, and stays raw until an upload repairs it.
 pub async fn prepare(jobs: &Jobs, digest: &Digest, size: u64) -> anyhow::Result<Option<Prepared>> {
+    if jobs.blobs.damage.contains(digest) {
+        return Ok(None);
+    }
     let mut raw = match jobs.blobs.store.get_stream(digest, 0..size).await {
         Ok(s) => s,
         Err(BlobError::NotFound) => return Ok(None),
@@ -224,20 +229,27 @@ pub async fn prepare(jobs: &Jobs, digest: &Digest, size: u64) -> anyhow::Result<
         pace: jobs.blobs.heavy.pace(),
     };
     let mut chunker = Chunker::default();
+    let mut whole = blake3::Hasher::new();
     let read = async {
         while let Some(bytes) = raw.next().await {
-            let pieces = chunker.push(&bytes?);
+            let bytes = bytes?;
+            whole.update(&bytes);
+            let pieces = chunker.push(&bytes);
             blob.take(pieces).await?;
         }
         blob.take(std::mem::take(&mut chunker).finish()).await?;
         blob.packs.flush(jobs).await?;
-        anyhow::ensure!(blob.size == size, "read {} of the blob's {size} bytes", blob.size);
-        Ok(())
+        Ok::<_, anyhow::Error>(())
     }
     .await;
     if let Err(e) = read {
         blob.packs.discard(jobs).await;
         return Err(e);
+    }
+    if blob.size != size || Digest::from_bytes(*whole.finalize().as_bytes()) != *digest {
+        blob.packs.discard(jobs).await;
+        jobs.blobs.mark_damaged(digest, "corrupt").await;
+        return Ok(None);
     }
     let mut chunks = blob.packs.chunks.clone();
     chunks.extend(blob.reused);

@@ -34,6 +34,7 @@ use crate::db::SearchOutput;
 use crate::error::{ApiError, ApiResult};
 use crate::http::cursor::Cursors;
 use crate::jobs::heavy::AbortOnDrop;
+use crate::storage::BlobError;
 
 /// What search works with; cheap to clone.
 #[derive(Clone)]
@@ -331,6 +332,10 @@ impl Scan {
             Err(ApiError::NotFound(_)) => return Ok(Scanned::Gone),
             Err(e) => return Err(e),
         };
+        // An output whose stored bytes fail their hash is left out, as one gone is.
+        if self.blobs.damage.contains(&row.digest) {
+            return Ok(Scanned::Gone);
+        }
         let src = BlobSource::new(&self.blobs, &row)?.scanning().giving_way(pace);
         let mut found = Found { matches: Vec::new(), stopped: None };
         let mut text_left = READ_CAP;
@@ -345,7 +350,10 @@ impl Scan {
                 redact: self.redact.as_deref(),
                 max_text: text_left,
             };
-            let (part, end) = page::grep_until(&src, req).await?;
+            let (part, end) = match page::grep_until(&src, req).await {
+                Err(page::PageError::Source(BlobError::Corrupt(_))) => return Ok(Scanned::Gone),
+                other => other?,
+            };
             text_left = text_left.saturating_sub(part.matches.iter().map(text_of).sum());
             found.matches.extend(part.matches);
             match (end, part.next_line) {

@@ -41,6 +41,10 @@ pub enum BlobError {
     /// Any other storage failure.
     #[error("blob storage failed")]
     Storage(#[source] Cause),
+    /// Stored bytes that fail their hash, or that are gone while their row says they are
+    /// there: of the blob named (or, inside the chunk layer, of the chunk named).
+    #[error("the stored bytes of {0} fail their hash or are gone")]
+    Corrupt(Digest),
 }
 
 impl BlobError {

@@ -406,6 +406,18 @@ impl BlobStore {
         Ok(())
     }
 
+    /// Closes what this process holds open of blob `d`, so that the next read opens it afresh
+    /// and reads what is stored now (the scrub: a descriptor kept open would read a replaced
+    /// or deleted file's old bytes).
+    pub fn reopen(&self, d: &Digest) {
+        self.backend.forget_blob(d);
+    }
+
+    /// The same for a pack.
+    pub fn reopen_pack(&self, id: &str) {
+        self.backend.forget_pack(id);
+    }
+
     /// True when the bytes of `d` are present (tests and repair).
     pub async fn exists(&self, d: &Digest) -> Result<bool, BlobError> {
         match self.objects().head(&blob_key(d)).await {
@@ -457,6 +469,14 @@ impl BlobStore {
     }
 
     /// Checks that the store answers, for `/readyz`.
+    /// Whether the store answers a listing of its blobs: bytes not found in a store that does
+    /// are missing; in one that does not (a bucket gone, a directory unreadable), it is the
+    /// store that is down (`503`), not the bytes (an object store answers both with a 404).
+    pub async fn lists_blobs(&self) -> bool {
+        !matches!(self.objects().list(Some(&Path::from("blobs"))).next().await, Some(Err(_)))
+    }
+
+    /// Whether the store answers at all (`/readyz`).
     pub async fn ping(&self) -> Result<(), BlobError> {
         match self.objects().head(&Path::from("readyz-probe")).await {
             Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),

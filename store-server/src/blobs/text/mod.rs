@@ -463,6 +463,12 @@ impl TextCache {
         Self::with_block(capacity, BLOCK)
     }
 
+    /// Forgets every block of `digest` (its stored bytes were found damaged, or stored again).
+    pub(crate) fn forget(&self, digest: &Digest) {
+        self.blocks.retain(|(d, _), _| d != digest);
+        self.seen.retain(|(d, _), _| d != digest);
+    }
+
     fn with_block(capacity: u64, block: u64) -> Option<Self> {
         (capacity >= block).then(|| Self {
             blocks: quick_cache::sync::Cache::with_weighter((capacity / block).max(1) as usize, capacity, ByWeight),

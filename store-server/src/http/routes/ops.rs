@@ -34,6 +34,9 @@ const COUNTERS: &[(&str, &str)] = &[
     ("spillway_retention_expired_refs_total", "References removed by retention because they expired."),
     ("spillway_retention_deleted_blobs_total", "Blobs whose bytes retention deleted."),
     ("spillway_retention_freed_bytes_total", "Bytes retention freed."),
+    ("spillway_scrub_checked_bytes_total", "Stored bytes the scrub read and checked against their hashes."),
+    ("spillway_scrub_corrupt_total", "Outputs the scrub found failing their hash or missing."),
+    ("spillway_corrupt_found_total", "Outputs marked damaged, by a read, a download or the scrub."),
 ];
 
 /// Installs the Prometheus recorder once per process (several servers may run in one test).
@@ -62,6 +65,11 @@ pub fn install_metrics() -> Option<&'static PrometheusHandle> {
                 metrics::gauge!(name).set(0.0);
             }
             metrics::describe_counter!("spillway_http_requests_total", "HTTP requests by method, route and status.");
+            metrics::describe_gauge!(
+                "spillway_scrub_last_complete_timestamp_seconds",
+                metrics::Unit::Seconds,
+                "When the background scrub last finished checking everything stored (Unix time)."
+            );
             metrics::describe_histogram!(
                 crate::db::GROUP_WRITES,
                 metrics::Unit::Count,
