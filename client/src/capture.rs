@@ -300,6 +300,35 @@ impl Drop for GroupGuard {
 
 /// The answer a shell gives when a command cannot start: 127 when it is not found, 126 when
 /// it cannot be executed, with the OS error on stderr.
+/// Longest `cmd` label, in bytes.
+const CMD_LABEL_MAX: usize = 200;
+
+/// The `run` and `cmd` labels of one run of `cmd`.
+fn run_labels(cmd: &std::process::Command) -> [(String, String); 2] {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let seed = format!("{}/{nanos}/{}", std::process::id(), RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let run = blake3::hash(seed.as_bytes()).to_hex()[..16].to_owned();
+    let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    // A shell line (`sh -c LINE`, as MCP `run` and the SDKs run one) is labelled as the line.
+    let line = match (program.rsplit('/').next(), args.as_slice()) {
+        (Some("sh" | "bash"), [c, line, ..]) if c == "-c" => line.clone(),
+        _ => std::iter::once(program).chain(args).collect::<Vec<_>>().join(" "),
+    };
+    let (marked, _) = spillway_api::redact::redact(line.as_bytes());
+    let mut text: String =
+        String::from_utf8_lossy(&marked).chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if text.len() > CMD_LABEL_MAX {
+        let mut end = CMD_LABEL_MAX;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    [("run".into(), run), ("cmd".into(), text)]
+}
+
 async fn not_started(program: &str, e: &std::io::Error, opts: &ExecOptions) -> Result<ExecResult> {
     let exit_code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
     let message = format!("spillway: {program}: {e}\n");
@@ -314,7 +343,14 @@ async fn not_started(program: &str, e: &std::io::Error, opts: &ExecOptions) -> R
 
 /// Runs a command the way an agent's shell tool would: in its own process group, stdout and
 /// stderr captured apart; stopped as a group on timeout, on cancel, or when dropped.
+///
+/// Both streams' spills are labelled, beside the caller's labels, `run=<id>` (the same id on
+/// both, so a run's stdout and stderr pair up) and `cmd=<the command line>`, its secrets
+/// marked and cut to 200 bytes (api.md v1.3), so that `refs` and the viewer tell what made them.
 pub async fn exec(mut cmd: Command, opts: &ExecOptions) -> Result<ExecResult> {
+    let mut labelled = opts.clone();
+    labelled.labels.extend(run_labels(cmd.as_std()));
+    let opts = &labelled;
     let stdin = if opts.inherit_stdin { Stdio::inherit() } else { Stdio::null() };
     cmd.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
     let program = cmd.as_std().get_program().to_string_lossy().into_owned();

@@ -68,6 +68,15 @@ pub(crate) struct RedactArg {
     redact: bool,
 }
 
+/// `--text` of the readers.
+#[derive(Args, Debug, Default, Clone)]
+pub(crate) struct TextArg {
+    /// Print the text for a person (content as it is; `LINE:text` rows for grep and search)
+    /// instead of JSON; where to go on is said on stderr.
+    #[arg(long)]
+    text: bool,
+}
+
 /// `--no-redact` of the commands that show a model what a tool did.
 #[derive(Args, Debug, Default, Clone)]
 pub(crate) struct NoRedactArg {
@@ -114,6 +123,11 @@ enum Cmd {
         local: LocalArg,
         #[command(flatten)]
         redaction: NoRedactArg,
+        /// Exit with the command's status (128 + N when signal N ended it, 124 when --timeout
+        /// stopped it) after printing the JSON, as a shell would: `spillway exec --exit-code --
+        /// make && deploy` deploys only after a build that passed.
+        #[arg(long)]
+        exit_code: bool,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
@@ -161,6 +175,8 @@ enum Cmd {
         local: LocalArg,
         #[command(flatten)]
         redaction: RedactArg,
+        #[command(flatten)]
+        text: TextArg,
     },
     /// Matching lines of a blob with their numbers, capped and resumable, as JSON.
     #[command(after_help = "Example:\n  spillway grep blake3:9f2c… 'error\\[E[0-9]+\\]' -i -C 2")]
@@ -187,6 +203,8 @@ enum Cmd {
         local: LocalArg,
         #[command(flatten)]
         redaction: RedactArg,
+        #[command(flatten)]
+        text: TextArg,
     },
     /// Matching lines across this namespace's outputs, newest output first, as JSON.
     #[command(after_help = "Example:\n  spillway search 'OOMKilled' --label session=s-42 --since 24h -C 2\n\n\
@@ -222,6 +240,8 @@ enum Cmd {
         all: bool,
         #[command(flatten)]
         redaction: RedactArg,
+        #[command(flatten)]
+        text: TextArg,
     },
     /// The blob record of a blob in this namespace.
     #[command(after_help = "Example:\n  spillway stat blake3:9f2c…")]
@@ -298,13 +318,17 @@ enum Cmd {
         /// Follow until the task ends.
         #[arg(short, long)]
         follow: bool,
+        /// With --follow: exit with the task's status once it ends (128 + N when signal N ended
+        /// it; 1 when its status was not recorded).
+        #[arg(long, requires = "follow")]
+        exit_code: bool,
         /// Print the text itself, not JSON pages; how the task ended goes to stderr.
         #[arg(long)]
         raw: bool,
         /// The stream id `bg` printed.
         stream: String,
     },
-    /// Serve the store as MCP tools (run, read, grep, background, tail) on stdio.
+    /// Serve the store as MCP tools (run, read, grep, search, background, tail) on stdio.
     #[command(
         after_help = "Example (Claude Code):\n  claude mcp add spillway --env SPILLWAY_URL=http://127.0.0.1:7745 \
         --env SPILLWAY_TOKEN=… -- spillway mcp"
@@ -409,24 +433,33 @@ fn describe(e: &ClientError, cli: &Cli) -> String {
 
 async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
     match cmd {
-        Cmd::Exec { limit, timeout, refs, cmd, redaction, .. } => {
-            let how =
-                ExecHow { limit: *limit, timeout: seconds(*timeout)?, redaction: conn.redaction(redaction.no_redact) };
+        Cmd::Exec { limit, timeout, refs, cmd, redaction, exit_code, .. } => {
+            let how = ExecHow {
+                limit: *limit,
+                timeout: seconds(*timeout)?,
+                redaction: conn.redaction(redaction.no_redact),
+                exit_code: *exit_code,
+            };
             return exec(conn, how, refs, cmd).await;
         }
         Cmd::Put { file, refs, .. } => put(conn, file.as_deref(), refs).await?,
         Cmd::Get { digest, output, .. } => {
             transfer::get(&conn.reader()?, &parse_digest(digest)?, output.as_deref()).await?
         }
-        Cmd::Read { digest, offset, limit, line, lines, redaction, .. } => {
+        Cmd::Read { digest, offset, limit, line, lines, redaction, text, .. } => {
             let req = if line.is_some() || lines.is_some() {
                 ReadRequest::Lines { line: line.unwrap_or(1), lines: *lines }
             } else {
                 ReadRequest::Bytes { offset: offset.unwrap_or(0), limit: *limit }
             };
-            print_json(&conn.reader_for(redaction.redact)?.read(&parse_digest(digest)?, req).await?)?;
+            let page = conn.reader_for(redaction.redact)?.read(&parse_digest(digest)?, req).await?;
+            if text.text {
+                crate::plain::page(&page)?;
+            } else {
+                print_json(&page)?;
+            }
         }
-        Cmd::Grep { digest, pattern, ignore_case, fixed, from_line, max_matches, context, redaction, .. } => {
+        Cmd::Grep { digest, pattern, ignore_case, fixed, from_line, max_matches, context, redaction, text, .. } => {
             let (before, after) = context.lines();
             let g = GrepRequest {
                 pattern: pattern.clone(),
@@ -437,7 +470,12 @@ async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
                 before,
                 after,
             };
-            print_json(&conn.reader_for(redaction.redact)?.grep(&parse_digest(digest)?, &g).await?)?;
+            let found = conn.reader_for(redaction.redact)?.grep(&parse_digest(digest)?, &g).await?;
+            if text.text {
+                crate::plain::grep(&found)?;
+            } else {
+                print_json(&found)?;
+            }
         }
         Cmd::Search {
             pattern,
@@ -451,6 +489,7 @@ async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
             cursor,
             all,
             redaction,
+            text,
         } => {
             let (before, after) = context.lines();
             let s = SearchRequest {
@@ -465,7 +504,7 @@ async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
                 max_matches: *max_matches,
                 cursor: cursor.clone(),
             };
-            search(&conn.store()?.redacting(redaction.redact), s, *all).await?;
+            search(&conn.store()?.redacting(redaction.redact), s, *all, text.text).await?;
         }
         Cmd::Stat { digest } => print_json(&conn.store()?.stat(parse_digest(digest)?).await?)?,
         Cmd::Pin { digest, until, reason } => {
@@ -484,7 +523,7 @@ async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
             gate_turn(conn, *budget, *keep, conn.redaction(redaction.no_redact)).await?
         }
         Cmd::Bg { max_bytes, timeout, refs, cmd } => bg(conn, *max_bytes, *timeout, refs, cmd).await?,
-        Cmd::Tail { follow, raw, stream } => tail(conn, stream, *follow, *raw).await?,
+        Cmd::Tail { follow, raw, stream, exit_code } => return tail(conn, stream, *follow, *raw, *exit_code).await,
         Cmd::Mcp { .. } => crate::mcp::serve(conn.clone()).await?,
         Cmd::Supervise { stream, timeout, cmd } => supervise(conn, stream, seconds(*timeout)?, cmd).await?,
     }
@@ -513,9 +552,14 @@ struct ExecHow {
     limit: usize,
     timeout: Option<Duration>,
     redaction: Redaction,
+    /// Exit with the command's status (`--exit-code`).
+    exit_code: bool,
 }
 
 async fn exec(conn: &Conn, how: ExecHow, refs: &RefArgs, cmd: &[String]) -> Result<ExitCode> {
+    if let Some(warning) = conn.local_spill_warning() {
+        eprintln!("spillway: warning: {warning}");
+    }
     let mut opts = capture::ExecOptions::new(conn.spill_target(refs.ttl)?);
     opts.cap = how.limit;
     opts.timeout = how.timeout;
@@ -539,7 +583,32 @@ async fn exec(conn: &Conn, how: ExecHow, refs: &RefArgs, cmd: &[String]) -> Resu
         }
     }
     print_json(&result)?;
-    Ok(ExitCode::SUCCESS)
+    if !how.exit_code {
+        return Ok(ExitCode::SUCCESS);
+    }
+    Ok(ExitCode::from(status_of(result.exit_code, result.signal, result.timed_out)))
+}
+
+/// A command's status as a shell gives it: its exit code, 128 + N for signal N, 124 for a
+/// timeout (as `timeout(1)`), 1 when none was recorded.
+pub(crate) fn status_of(exit_code: Option<i32>, signal: Option<i32>, timed_out: bool) -> u8 {
+    match (timed_out, exit_code, signal) {
+        (true, ..) => 124,
+        (_, Some(code), _) => (code & 0xff) as u8,
+        (_, None, Some(sig)) => (128 + sig).clamp(0, 255) as u8,
+        _ => 1,
+    }
+}
+
+/// A signal's number from its name (`TERM`), as Linux numbers them.
+fn signal_number(name: &str) -> Option<i32> {
+    const NAMES: [&str; 31] = [
+        "HUP", "INT", "QUIT", "ILL", "TRAP", "ABRT", "BUS", "FPE", "KILL", "USR1", "SEGV", "USR2", "PIPE", "ALRM",
+        "TERM", "STKFLT", "CHLD", "CONT", "STOP", "TSTP", "TTIN", "TTOU", "URG", "XCPU", "XFSZ", "VTALRM", "PROF",
+        "WINCH", "IO", "PWR", "SYS",
+    ];
+    let name = name.trim_start_matches("SIG");
+    NAMES.iter().position(|n| *n == name).map(|i| i as i32 + 1).or_else(|| name.parse().ok())
 }
 
 async fn put(conn: &Conn, file: Option<&Path>, refs: &RefArgs) -> Result<()> {
@@ -566,9 +635,21 @@ async fn gate_turn(conn: &Conn, budget: usize, keep: usize, redaction: Redaction
 }
 
 /// One answer of a search, or (`all`) every match of every answer, one JSON line each.
-async fn search(store: &StoreClient, mut s: SearchRequest, all: bool) -> Result<()> {
+async fn search(store: &StoreClient, mut s: SearchRequest, all: bool, text: bool) -> Result<()> {
     loop {
-        let found = store.search(&s).await?;
+        let mut found = store.search(&s).await?;
+        if text {
+            // With --all, the next answers follow; else the cursor is said on stderr.
+            let next = if all { found.next_cursor.take() } else { None };
+            crate::plain::search(&found)?;
+            match next {
+                Some(c) => {
+                    s.cursor = Some(c);
+                    continue;
+                }
+                None => return Ok(()),
+            }
+        }
         if !all {
             return print_json(&found);
         }
@@ -592,13 +673,17 @@ async fn bg(conn: &Conn, max_bytes: Option<u64>, timeout: Option<f64>, refs: &Re
     print_json(&serde_json::json!({ "stream": s.id, "pid": pid }))
 }
 
-async fn tail(conn: &Conn, stream: &str, follow: bool, raw: bool) -> Result<()> {
+async fn tail(conn: &Conn, stream: &str, follow: bool, raw: bool, exit_code: bool) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let info = background::tail(&conn.store()?, stream, follow, raw, &mut out).await?;
     if raw && info.state != spillway_api::StreamState::Open {
         eprintln!("spillway: {}", background::describe_end(&info));
     }
-    Ok(())
+    if !exit_code {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let signal = info.signal.as_deref().and_then(signal_number);
+    Ok(ExitCode::from(status_of(info.exit_code, signal, false)))
 }
 
 async fn supervise(conn: &Conn, stream: &str, timeout: Option<Duration>, cmd: &[String]) -> Result<()> {
@@ -632,6 +717,17 @@ mod tests {
     use super::Cli;
 
     /// Cursors are base64url: one in 64 starts with `-`, and is still a cursor, not an option.
+    #[test]
+    fn statuses_are_a_shell_s() {
+        use super::{signal_number, status_of};
+        assert_eq!(status_of(Some(0), None, false), 0);
+        assert_eq!(status_of(Some(2), None, false), 2);
+        assert_eq!(status_of(None, Some(9), false), 137);
+        assert_eq!(status_of(None, Some(15), true), 124);
+        assert_eq!(status_of(None, None, false), 1);
+        assert_eq!((signal_number("TERM"), signal_number("SIGKILL"), signal_number("NOPE")), (Some(15), Some(9), None));
+    }
+
     #[test]
     fn a_cursor_may_start_with_a_hyphen() {
         for args in [

@@ -86,6 +86,15 @@ impl Conn {
         })
     }
 
+    /// The warning for spills that go to `./.outputs` because no store is configured (no
+    /// `SPILLWAY_URL`, no `--local`): for an agent, that is inside the user's project.
+    pub fn local_spill_warning(&self) -> Option<&'static str> {
+        (self.local.is_none() && self.url.is_none()).then_some(
+            "SPILLWAY_URL is not set: full outputs are saved to ./.outputs in the current directory, not to a shared \
+             store (set SPILLWAY_URL and SPILLWAY_TOKEN, or --local DIR to choose the directory)",
+        )
+    }
+
     /// Where reads go: the local directory, or the store.
     pub fn reader(&self) -> Result<Reader> {
         match &self.local {

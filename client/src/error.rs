@@ -78,6 +78,12 @@ fn io_kind(e: &reqwest::Error) -> Option<std::io::ErrorKind> {
 
 fn describe_http(e: &reqwest::Error) -> String {
     let url = e.url().map_or_else(|| "the store".to_owned(), |u| format!("{}://{}", u.scheme(), authority(u)));
+    if e.is_builder() {
+        return format!(
+            "the store's URL is not one: {}; give it with its scheme, like http://127.0.0.1:7745 (SPILLWAY_URL or --url)",
+            root_cause(e)
+        );
+    }
     if io_kind(e) == Some(std::io::ErrorKind::ConnectionRefused) {
         return format!("connection refused by {url}: is the store running there?");
     }

@@ -58,6 +58,7 @@ pub mod gate;
 pub mod local;
 pub mod mcp;
 pub mod output;
+mod plain;
 pub mod reader;
 pub mod receipt;
 pub mod spill;

@@ -472,10 +472,10 @@ impl ServerHandler for SpillwayTools {
     fn get_info(&self) -> ServerInfo {
         ServerInfo::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("spillway", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Spillway runs shell commands without flooding the context: each answer holds at most \
-                 100,000 bytes and long outputs are saved whole, to be paged with read and searched with grep.",
-            )
+            .with_instructions(match self.conn.local_spill_warning() {
+                None => INSTRUCTIONS.to_owned(),
+                Some(w) => format!("{INSTRUCTIONS} Note: {w}."),
+            })
     }
 
     async fn list_tools(
@@ -507,8 +507,16 @@ impl ServerHandler for SpillwayTools {
     }
 }
 
-/// Serves the tools on stdin/stdout until the client disconnects.
+/// What the server tells its client about itself (`initialize`).
+const INSTRUCTIONS: &str = "Spillway runs shell commands without flooding the context: each answer holds at most \
+    100,000 bytes and long outputs are saved whole, to be paged with read and searched with grep.";
+
+/// Serves the tools on stdin/stdout until the client disconnects; says on stderr when full
+/// outputs will be saved under the current directory.
 pub async fn serve(conn: Conn) -> Result<()> {
+    if let Some(warning) = conn.local_spill_warning() {
+        eprintln!("spillway mcp: warning: {warning}");
+    }
     let service = SpillwayTools::new(conn)
         .serve(rmcp::transport::stdio())
         .await

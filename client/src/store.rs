@@ -191,17 +191,26 @@ pub(crate) async fn check(resp: Response) -> Result<Response> {
         Err(_) => ClientError::Api {
             status,
             // No body to read the code from (a HEAD, a proxy's page): the code the contract
-            // pairs with the status, where only one is.
+            // pairs with the status, where only one is. A page of some other service says
+            // nothing of what the store has (its 404 is no `not_found`), but a busy or down
+            // answer is one still.
             code: match status {
-                401 => ErrorCode::Unauthorized,
-                403 => ErrorCode::Forbidden,
-                404 => ErrorCode::NotFound,
-                416 => ErrorCode::RangeNotSatisfiable,
+                401 if text.is_empty() => ErrorCode::Unauthorized,
+                403 if text.is_empty() => ErrorCode::Forbidden,
+                404 if text.is_empty() => ErrorCode::NotFound,
+                416 if text.is_empty() => ErrorCode::RangeNotSatisfiable,
                 429 => ErrorCode::TooManyRequests,
                 503 => ErrorCode::Unavailable,
                 _ => ErrorCode::Other,
             },
-            message: if text.is_empty() { format!("HTTP {status}") } else { text },
+            // A body that is not the contract's error: a proxy's page, or another service
+            // answering at this URL.
+            message: if text.is_empty() {
+                format!("HTTP {status}")
+            } else {
+                let page: String = text.chars().take(200).collect();
+                format!("HTTP {status}, not a Spillway answer (is this a Spillway store? check SPILLWAY_URL): {page}")
+            },
         },
     })
 }
@@ -245,7 +254,13 @@ impl StoreClient {
     }
 
     fn req(&self, method: Method, path: &str) -> RequestBuilder {
-        self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.token)
+        let req = self.http.request(method, format!("{}{path}", self.base));
+        // No token at all sends no header, and the store answers that none was sent.
+        if self.token.is_empty() {
+            req
+        } else {
+            req.bearer_auth(&self.token)
+        }
     }
 
     /// Whether this token may write here, and the largest upload the store takes: the answer

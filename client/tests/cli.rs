@@ -763,3 +763,142 @@ async fn the_callers_labels_win_over_the_commands_own() {
     let refs = r.json(&["refs", "--label", "tool=build"], None).await;
     assert_eq!(refs["refs"][0]["labels"]["stream"], "stdout");
 }
+
+/// `--exit-code` (api.md v1.3): `exec` and `tail -f` exit with the command's status after
+/// printing what they print, as a shell would (`spillway exec --exit-code -- make && deploy`);
+/// without it they exit 0 whatever the command did, as before.
+#[tokio::test]
+async fn exit_code_passes_the_command_s_status_on() {
+    let srv = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let r = Run::remote(&srv, dir.path());
+    let code = |out: &Output| out.status.code();
+    let failed = r.run(&["exec", "--exit-code", "--", "sh", "-c", "echo building; exit 3"], None).await;
+    assert_eq!(code(&failed), Some(3), "{}", String::from_utf8_lossy(&failed.stderr));
+    let v: Value = serde_json::from_slice(&failed.stdout).unwrap();
+    assert_eq!((v["exit_code"].as_i64(), v["stdout"]["result"].as_str()), (Some(3), Some("building\n")), "{v}");
+    let passed = r.run(&["exec", "--exit-code", "--", "true"], None).await;
+    assert_eq!(code(&passed), Some(0));
+    let killed = r.run(&["exec", "--exit-code", "--", "sh", "-c", "kill -9 $$"], None).await;
+    assert_eq!(code(&killed), Some(128 + 9));
+    let slow = r.run(&["exec", "--exit-code", "--timeout", "0.5", "--", "sleep", "30"], None).await;
+    assert_eq!(code(&slow), Some(124));
+    // Both streams' spills carry the run's id and its command line, secrets marked.
+    let spilled = r
+        .json(
+            &[
+                "exec",
+                "--limit",
+                "100",
+                "--",
+                "sh",
+                "-c",
+                "seq 5000; seq 6000 >&2; echo DB_PASSWORD=hunter2 >/dev/null",
+            ],
+            None,
+        )
+        .await;
+    let run_of = |receipt: &Value| receipt["digest"].as_str().unwrap().to_owned();
+    let (out_d, err_d) = (run_of(&spilled["stdout"]), run_of(&spilled["stderr"]));
+    let refs = r.json(&["refs", "--label", "tool=exec"], None).await;
+    let labels_of = |d: &str| {
+        refs["refs"].as_array().unwrap().iter().find(|x| x["digest"] == d).expect("a reference")["labels"].clone()
+    };
+    let (lo, le) = (labels_of(&out_d), labels_of(&err_d));
+    assert_eq!((lo["stream"].as_str(), le["stream"].as_str()), (Some("stdout"), Some("stderr")));
+    assert_eq!(lo["run"], le["run"], "one run id on both streams: {lo} {le}");
+    assert_eq!(lo["run"].as_str().unwrap().len(), 16);
+    assert_eq!(lo["cmd"], "seq 5000; seq 6000 >&2; echo DB_PASSWORD=[REDACTED:password] >/dev/null", "{lo}");
+    let plain = r.run(&["exec", "--", "sh", "-c", "exit 3"], None).await;
+    assert_eq!(code(&plain), Some(0), "without --exit-code, the JSON says it");
+
+    let v = r.json(&["bg", "--", "sh", "-c", "echo working; exit 7"], None).await;
+    let id = v["stream"].as_str().unwrap().to_owned();
+    let out = tokio::time::timeout(Duration::from_secs(30), r.run(&["tail", "-f", "--raw", "--exit-code", &id], None))
+        .await
+        .unwrap();
+    assert_eq!(code(&out), Some(7), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "working\n");
+    let refused = r.run(&["tail", "--exit-code", &id], None).await;
+    assert_eq!(code(&refused), Some(2), "--exit-code needs --follow: {}", String::from_utf8_lossy(&refused.stderr));
+    srv.stop().await;
+}
+
+/// Errors that say what to do (api.md v1.3): no token at all, a URL with no scheme, a URL where
+/// another HTTP service answers.
+#[tokio::test]
+async fn errors_say_what_to_do() {
+    let srv = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let digest = format!("blake3:{}", "ab".repeat(32));
+    let stderr = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let no_token = Run { url: Some(srv.url.clone()), token: None, cwd: dir.path().to_path_buf() };
+    let out = no_token.run(&["read", &digest], None).await;
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no token was sent") && stderr(&out).contains("Bearer"), "{}", stderr(&out));
+    let no_scheme = Run {
+        url: Some(srv.url.trim_start_matches("http://").to_owned()),
+        token: Some(srv.token.clone()),
+        cwd: dir.path().to_path_buf(),
+    };
+    let out = no_scheme.run(&["read", &digest], None).await;
+    assert!(stderr(&out).contains("with its scheme, like http://"), "{}", stderr(&out));
+    // Another service on the port: it answers, but not as Spillway does.
+    let other = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let other_url = format!("http://{}", other.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = other.accept().await {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let page = "<html><body>Not Found</body></html>";
+            let answer =
+                format!("HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}", page.len());
+            let _ = s.write_all(answer.as_bytes()).await;
+        }
+    });
+    let elsewhere = Run { url: Some(other_url), token: Some(srv.token.clone()), cwd: dir.path().to_path_buf() };
+    let out = elsewhere.run(&["read", &digest], None).await;
+    assert!(stderr(&out).contains("is this a Spillway store?"), "{}", stderr(&out));
+    srv.stop().await;
+}
+
+/// Without `SPILLWAY_URL` (and without `--local`), `exec` and `mcp` save full outputs under the
+/// current directory: each says so once on stderr (api.md v1.3).
+#[tokio::test]
+async fn spilling_to_the_current_directory_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = Run::local(dir.path());
+    let warned = |out: &Output| String::from_utf8_lossy(&out.stderr).matches("SPILLWAY_URL is not set").count();
+    let out = r.run(&["exec", "--", "echo", "hi"], None).await;
+    assert!(out.status.success());
+    assert_eq!(warned(&out), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    let out = tokio::time::timeout(Duration::from_secs(20), r.run(&["mcp"], Some(b""))).await.unwrap();
+    assert_eq!(warned(&out), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    let chosen = r.run(&["exec", "--local", dir.path().to_str().unwrap(), "--", "echo", "hi"], None).await;
+    assert_eq!(warned(&chosen), 0, "a directory chosen with --local is no surprise");
+}
+
+/// `--text` (api.md v1.3): `read`, `grep` and `search` print for a person — the content as it
+/// is, `LINE:text` rows, the digest over each output's matches — and say on stderr how to go on.
+#[tokio::test]
+async fn text_output_is_for_a_person() {
+    let srv = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let r = Run::remote(&srv, dir.path());
+    let log: String =
+        (1..=50_000).map(|i| format!("line {i}{}\n", if i % 10_000 == 0 { " ERROR" } else { "" })).collect();
+    let rec = r.json(&["put", "-"], Some(log.as_bytes())).await;
+    let d = rec["digest"].as_str().unwrap().to_owned();
+    let out = r.run(&["read", &d, "--line", "3", "--lines", "2", "--text"], None).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "line 3\nline 4\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--line 5"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = r.run(&["grep", &d, "ERROR", "--text", "--max-matches", "2"], None).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "10000:line 10000 ERROR\n20000:line 20000 ERROR\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--from-line"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = r.run(&["grep", &d, "line 30000 ERROR", "--text", "-C", "1"], None).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "29999-line 29999\n30000:line 30000 ERROR\n30001-line 30001\n");
+    let out = r.run(&["search", "line 50000 ERROR", "--text", "--all"], None).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{d}\n50000:line 50000 ERROR\n"));
+    srv.stop().await;
+}

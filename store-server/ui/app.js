@@ -732,7 +732,7 @@ const viewer = {
       $('results-box').hidden = false;
       const count = s.matches.length.toLocaleString('en');
       if (!s.next || shown >= MATCHES_PER_CALL) {
-        $('search-status').textContent = `${count}${s.next ? '+' : ''} matching lines`;
+        $('search-status').textContent = `${count}${s.next ? '+' : ''} matching line${count === 1 && !s.next ? '' : 's'}`;
         return;
       }
       $('search-status').textContent = `Searching from line ${s.next.toLocaleString('en')}… ${count} found so far`;

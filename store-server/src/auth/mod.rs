@@ -156,7 +156,9 @@ impl Tokens {
 /// The token of a request's `Authorization` header, or why it has none.
 fn token_of(headers: &HeaderMap) -> Result<&str, ApiError> {
     let header =
-        headers.get(AUTHORIZATION).ok_or(ApiError::Unauthorized("missing Authorization: Bearer <token> header"))?;
+        headers.get(AUTHORIZATION).ok_or(ApiError::Unauthorized(
+        "no token was sent: send the header Authorization: Bearer <token> (the spillway CLI and SDKs send SPILLWAY_TOKEN; spillway-server token create makes one, and the first start writes one to <data-dir>/token)",
+    ))?;
     header
         .to_str()
         .ok()
