@@ -25,6 +25,7 @@ for i in range(size_mb // 4):
     urllib.request.urlopen(req).read()
 PY
 kill "$spw"; wait "$spw" 2>/dev/null || true
+spw= started=()  # stopped: nothing left for cleanup to stop
 files=$(find "$work/data/blobs/blobs" -type f | wc -l)
 run() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
 scrub() { SPILLWAY_DATA_DIR="$work/data" RUST_LOG=warn "$bin" scrub; }
