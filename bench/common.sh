@@ -11,8 +11,9 @@
 started=()
 databases=()
 cleanup() {
-  kill ${spw:-} "${started[@]}" 2>/dev/null
-  wait 2>/dev/null
+  # (Servers a script stopped itself are gone already: kill's complaint is not a failure.)
+  kill ${spw:-} "${started[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
   for url in "${databases[@]}"; do
     psql "${url%/*}/postgres" -qc "DROP DATABASE IF EXISTS ${url##*/}" >/dev/null 2>&1 || true
   done

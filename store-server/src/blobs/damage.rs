@@ -7,7 +7,7 @@
 //! the scrub (`jobs/scrub.rs`) reads raw blobs whole and marks what fails, and from then on
 //! their pages are refused too. The marks live in the database (`damaged_blobs`), so that
 //! every replica refuses them: this process reads them whole every few seconds
-//! ([`Damage::refresh`]) and adds its own at once.
+//! ([`Blobs::refresh_damage`]) and adds its own at once.
 
 use std::collections::HashSet;
 use std::time::Duration;
