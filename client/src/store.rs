@@ -172,6 +172,21 @@ pub struct StoreClient {
     /// Reads, greps and searches ask for the redacted text (`redact=true`).
     redact: bool,
     http: reqwest::Client,
+    /// Most time a page, grep, search or stat waits for its whole answer.
+    read_timeout: std::time::Duration,
+}
+
+/// How long a read waits for its answer unless `SPILLWAY_READ_TIMEOUT` (seconds) says: a page or
+/// a grep answers in milliseconds and a search step in about a second, so a store that says
+/// nothing for this long is stuck, and the caller hears so instead of waiting on.
+pub const DEFAULT_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn read_timeout() -> std::time::Duration {
+    std::env::var("SPILLWAY_READ_TIMEOUT")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(DEFAULT_READ_TIMEOUT, std::time::Duration::from_secs_f64)
 }
 
 async fn decode<T: DeserializeOwned>(resp: Response) -> Result<T> {
@@ -219,7 +234,13 @@ impl StoreClient {
     /// A client of the store at `base` (e.g. `http://127.0.0.1:7745`).
     pub fn new(base: impl Into<String>, token: impl Into<String>) -> Self {
         let http = reqwest::Client::builder().tcp_nodelay(true).build().unwrap_or_default();
-        Self { base: base.into().trim_end_matches('/').to_owned(), token: token.into(), redact: false, http }
+        Self {
+            base: base.into().trim_end_matches('/').to_owned(),
+            token: token.into(),
+            redact: false,
+            http,
+            read_timeout: read_timeout(),
+        }
     }
 
     /// The same client, whose reads, greps and searches ask for the text with secrets replaced
@@ -328,7 +349,7 @@ impl StoreClient {
     /// A capped page of a blob.
     pub async fn read(&self, digest: impl Into<AnyDigest>, r: ReadRequest) -> Result<ReadPage> {
         let digest = digest.into();
-        let req = self.req(Method::GET, &format!("/v1/blobs/{digest}/read")).query(&r.query());
+        let req = self.req(Method::GET, &format!("/v1/blobs/{digest}/read")).query(&r.query()).timeout(self.read_timeout);
         decode(req.query(self.redact_query()).send().await?).await
     }
 
@@ -337,7 +358,8 @@ impl StoreClient {
     pub async fn grep(&self, digest: impl Into<AnyDigest>, g: &GrepRequest) -> Result<GrepResponse> {
         let path = format!("/v1/blobs/{}/grep", digest.into());
         retry_busy(|| async {
-            decode(self.req(Method::GET, &path).query(&g.query()).query(self.redact_query()).send().await?).await
+            let req = self.req(Method::GET, &path).query(&g.query()).query(self.redact_query());
+            decode(req.timeout(self.read_timeout).send().await?).await
         })
         .await
     }
@@ -372,7 +394,8 @@ impl StoreClient {
     /// true: the namespace holds it).
     pub async fn stat(&self, digest: impl Into<AnyDigest>) -> Result<BlobRecord> {
         let digest = digest.into();
-        let resp = check(self.req(Method::HEAD, &format!("/v1/blobs/{digest}")).send().await?).await?;
+        let req = self.req(Method::HEAD, &format!("/v1/blobs/{digest}")).timeout(self.read_timeout);
+        let resp = check(req.send().await?).await?;
         let h = resp.headers();
         let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let number = |name: &str| text(name).and_then(|v| v.parse::<u64>().ok());
@@ -421,7 +444,8 @@ impl StoreClient {
     /// again a few times.
     pub async fn search(&self, s: &SearchRequest) -> Result<SearchResponse> {
         retry_busy(|| async {
-            decode(self.req(Method::GET, "/v1/search").query(&s.query()).query(self.redact_query()).send().await?).await
+            let req = self.req(Method::GET, "/v1/search").query(&s.query()).query(self.redact_query());
+            decode(req.timeout(self.read_timeout).send().await?).await
         })
         .await
     }

@@ -902,3 +902,27 @@ async fn text_output_is_for_a_person() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{d}\n50000:line 50000 ERROR\n"));
     srv.stop().await;
 }
+
+/// A store that accepts and never answers does not hold `read` (nor grep, search, stat) for
+/// ever: it gives up after `SPILLWAY_READ_TIMEOUT` (default 60 s) and says so.
+#[tokio::test]
+async fn reads_give_up_on_a_store_that_never_answers() {
+    let url = silent_listener();
+    let digest = format!("blake3:{}", "cd".repeat(32));
+    for args in [vec!["read", digest.as_str()], vec!["grep", digest.as_str(), "x"], vec!["search", "x"]] {
+        let began = Instant::now();
+        let out = tokio::process::Command::new(BIN)
+            .args(&args)
+            .env("SPILLWAY_URL", &url)
+            .env("SPILLWAY_TOKEN", "spw_test")
+            .env("SPILLWAY_READ_TIMEOUT", "1")
+            .output()
+            .await
+            .unwrap();
+        let took = began.elapsed();
+        assert!(!out.status.success(), "{args:?}");
+        assert!(took < Duration::from_secs(10), "{args:?} took {took:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("no answer from"), "{args:?}: {stderr}");
+    }
+}
