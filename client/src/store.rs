@@ -349,7 +349,8 @@ impl StoreClient {
     /// A capped page of a blob.
     pub async fn read(&self, digest: impl Into<AnyDigest>, r: ReadRequest) -> Result<ReadPage> {
         let digest = digest.into();
-        let req = self.req(Method::GET, &format!("/v1/blobs/{digest}/read")).query(&r.query()).timeout(self.read_timeout);
+        let req =
+            self.req(Method::GET, &format!("/v1/blobs/{digest}/read")).query(&r.query()).timeout(self.read_timeout);
         decode(req.query(self.redact_query()).send().await?).await
     }
 
