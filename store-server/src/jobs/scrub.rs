@@ -12,6 +12,7 @@
 //! server runs one part every `--scrub-interval / 24`, under a lease (one replica at a
 //! time), giving way to requests as compaction does.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -69,7 +70,9 @@ fn range_of(subset: Option<(u32, u32)>) -> (String, String) {
 /// Runs one scrub (of a part, with `opts.subset`).
 pub async fn run_scrub_once(jobs: &Jobs, opts: &ScrubOpts) -> anyhow::Result<ScrubSummary> {
     let began = Instant::now();
-    let mut run = Run { jobs, opts, began, pace: jobs.blobs.heavy.pace(), s: ScrubSummary::default() };
+    // Marked before this run (by any process): a blob found whole again is unmarked.
+    let marked: HashSet<Digest> = jobs.blobs.db.damaged_blobs().await?.into_iter().collect();
+    let mut run = Run { jobs, opts, began, pace: jobs.blobs.heavy.pace(), marked, s: ScrubSummary::default() };
     let (from, to) = range_of(opts.subset);
     let mut after: Option<Digest> = None;
     loop {
@@ -106,6 +109,7 @@ struct Run<'a> {
     opts: &'a ScrubOpts,
     began: Instant,
     pace: crate::jobs::heavy::Pace,
+    marked: HashSet<Digest>,
     s: ScrubSummary,
 }
 
@@ -125,17 +129,13 @@ impl Run<'_> {
         };
         match verdict {
             Some(kind) => self.found(b.digest, kind).await,
-            None if self.jobs.blobs.damage.contains(&b.digest) || self.marked_in_db(&b.digest).await? => {
+            None if self.marked.contains(&b.digest) || self.jobs.blobs.damage.contains(&b.digest) => {
                 // Good again (an operator put the bytes back): no longer refused.
                 self.jobs.blobs.clear_damaged(&b.digest).await?;
             }
             None => {}
         }
         Ok(())
-    }
-
-    async fn marked_in_db(&self, d: &Digest) -> anyhow::Result<bool> {
-        Ok(self.jobs.blobs.db.damaged_blobs().await?.contains(d))
     }
 
     /// A raw blob streamed and hashed: `None` when whole, else what is wrong.
@@ -151,10 +151,16 @@ impl Run<'_> {
         while let Some(part) = stream.next().await {
             let part = match part {
                 Ok(p) => p,
-                // Cut short (a truncated file) is a failed hash, not a storage failure.
                 Err(BlobError::NotFound) => return self.missing(b).await,
-                Err(BlobError::Storage(_)) if read < b.size => return Ok(Some("corrupt")),
-                Err(e) => return Err(e.into()),
+                // A copy cut short fails to read to its row's size: damage. Any other failure
+                // is the store's, and marks nothing (the run stops with it).
+                Err(e) => {
+                    return match self.jobs.blobs.store.blob_size(&b.digest).await? {
+                        Some(n) if n != b.size => Ok(Some("corrupt")),
+                        None => self.missing(b).await,
+                        Some(_) => Err(e.into()),
+                    }
+                }
             };
             read += part.len() as u64;
             hasher.update(&part);
@@ -177,7 +183,7 @@ impl Run<'_> {
         self.s.checked_chunks += 1;
         let range = loc.pack_offset..loc.pack_offset + loc.length;
         self.jobs.blobs.store.reopen_pack(&loc.pack);
-        let kind = match self.jobs.blobs.store.get_pack_range(&loc.pack, range).await {
+        let kind = match self.jobs.blobs.store.get_pack_range(&loc.pack, range.clone()).await {
             Ok(frame) => {
                 self.s.checked_bytes += frame.len() as u64;
                 let loc = loc.clone();
@@ -191,9 +197,13 @@ impl Run<'_> {
                 anyhow::ensure!(self.jobs.blobs.store.lists_blobs().await, "the blob store does not answer a listing");
                 Some("missing")
             }
-            // A pack cut short answers a range past its end with an error of its own kind.
-            Err(BlobError::Storage(_)) => Some("corrupt"),
-            Err(e) => return Err(e.into()),
+            // A pack cut short fails a range past its end: damage. Any other failure is the
+            // store's, and marks nothing.
+            Err(e) => match self.jobs.blobs.store.pack_size(&loc.pack).await? {
+                Some(n) if n < range.end => Some("corrupt"),
+                None => Some("missing"),
+                Some(_) => return Err(e.into()),
+            },
         };
         self.rest().await;
         let Some(kind) = kind else { return Ok(()) };

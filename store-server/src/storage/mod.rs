@@ -420,9 +420,24 @@ impl BlobStore {
 
     /// True when the bytes of `d` are present (tests and repair).
     pub async fn exists(&self, d: &Digest) -> Result<bool, BlobError> {
-        match self.objects().head(&blob_key(d)).await {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
+        Ok(self.stored_size(&blob_key(d)).await?.is_some())
+    }
+
+    /// The size of blob `d`'s stored copy, `None` when there is none: what the scrub asks when a
+    /// read fails, to tell a copy cut short (damage) from a store that failed (an error).
+    pub async fn blob_size(&self, d: &Digest) -> Result<Option<u64>, BlobError> {
+        self.stored_size(&blob_key(d)).await
+    }
+
+    /// The same for a pack.
+    pub async fn pack_size(&self, id: &str) -> Result<Option<u64>, BlobError> {
+        self.stored_size(&crate::storage::backend::pack_key(id)).await
+    }
+
+    async fn stored_size(&self, key: &Path) -> Result<Option<u64>, BlobError> {
+        match self.objects().head(key).await {
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
