@@ -110,8 +110,10 @@ async fn commit(blobs: &Blobs, expected: Option<AnyDigest>, spec: &RefSpec, stag
     // goes first, so that publication puts these verified bytes in its place.
     // (Not an upload written straight to its key: one of marked content never is, but for a
     // mark that came while it was received, which the next upload repairs.)
-    let repairs = !inside && blobs.damage.contains(&staged.digest);
-    if repairs && staged.inline().is_none() {
+    // Bytes kept inline are in the row, which an upload of stored content leaves as it is: a
+    // damaged inline row stays marked (and refused) rather than be unmarked unrepaired.
+    let repairs = !inside && staged.inline().is_none() && blobs.damage.contains(&staged.digest);
+    if repairs {
         make_room_for_repair(blobs, &staged.digest).await?;
     }
     if !inside {
