@@ -30,6 +30,10 @@ pub struct Config {
     pub retention_grace: Duration,
     /// After this long, a deletion that a crashed pass left half-done is finished by the next.
     pub deletion_lease: Duration,
+    /// Of the 256 key prefixes under which blobs (and packs) are stored, how many a retention
+    /// pass lists for bytes that have no row (a crash's leftovers), taking the next ones each
+    /// pass: a pass lists a sixteenth of the store by default, and a round takes 16 passes.
+    pub sweep_prefixes: usize,
     /// A client must send a request's whole header within this long, on a new connection and
     /// between requests of a kept-alive one: idle and trickling connections are closed.
     pub header_read_timeout: Duration,
@@ -100,6 +104,7 @@ impl Config {
             retention_interval: Duration::from_secs(3600),
             retention_grace: Duration::from_secs(3600),
             deletion_lease: Duration::from_secs(300),
+            sweep_prefixes: 16,
             token_cache_ttl: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(30),
             body_idle_timeout: Duration::from_secs(60),

@@ -53,6 +53,9 @@ enum Op {
         /// SDK uploads, instead of `POST /v1/blobs` (the server alone hashing).
         #[arg(long)]
         announce: bool,
+        /// Spillway: each reference lives this many seconds (`?ttl=`) instead of the default.
+        #[arg(long)]
+        ttl: Option<u64>,
     },
     /// Upload one blob of `size` bytes (distinct content per run) and print its name.
     Seed {
@@ -131,6 +134,8 @@ struct Ctx {
     target: Target,
     url: String,
     token: String,
+    /// Appended to a Spillway upload's URL (`?ttl=…`), or empty.
+    put_query: String,
 }
 
 impl Ctx {
@@ -160,8 +165,8 @@ impl Ctx {
         }
         let r = match self.target {
             Target::Spillway => match digest {
-                Some(d) => self.auth(self.http.put(format!("{}/v1/blobs/{d}", self.url))),
-                None => self.auth(self.http.post(format!("{}/v1/blobs", self.url))),
+                Some(d) => self.auth(self.http.put(format!("{}/v1/blobs/{d}{}", self.url, self.put_query))),
+                None => self.auth(self.http.post(format!("{}/v1/blobs{}", self.url, self.put_query))),
             },
             Target::Nginx | Target::S3 | Target::Disk => self.http.put(format!("{}/{name}", self.url)),
         };
@@ -246,8 +251,18 @@ async fn main() -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let ctx =
-        Arc::new(Ctx { s3, http, target: cli.target, url: cli.url.trim_end_matches('/').to_owned(), token: cli.token });
+    let put_query = match &cli.op {
+        Op::Put { ttl: Some(t), .. } => format!("?ttl={t}"),
+        _ => String::new(),
+    };
+    let ctx = Arc::new(Ctx {
+        s3,
+        http,
+        target: cli.target,
+        url: cli.url.trim_end_matches('/').to_owned(),
+        token: cli.token,
+        put_query,
+    });
     let salt = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64;
     let conc = cli.concurrency.max(1);
     match cli.op {
@@ -268,7 +283,7 @@ async fn main() -> anyhow::Result<()> {
                 _ => None,
             };
             let bodies = Arc::new(match &op {
-                Op::Put { size, count, announce } => (0..*count as u64)
+                Op::Put { size, count, announce, .. } => (0..*count as u64)
                     .map(|i| {
                         let data = body(*size, i, salt);
                         let digest = announce.then(|| spillway_api::Digest::of(&data).to_string());

@@ -121,7 +121,7 @@ pub enum AddRef {
     Deleting,
 }
 
-const VISIBLE: &str = "EXISTS (SELECT 1 FROM refs r WHERE r.namespace = $1 AND r.digest = b.digest \
+pub(super) const VISIBLE: &str = "EXISTS (SELECT 1 FROM refs r WHERE r.namespace = $1 AND r.digest = b.digest \
                        AND (r.pinned = 1 OR r.expires_at > $2))";
 
 fn blob_from_row(r: &AnyRow) -> DbResult<BlobRow> {

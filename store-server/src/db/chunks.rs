@@ -18,6 +18,16 @@
 //! locked first and must be `live` and `raw`: a compaction never races a deletion of its blob
 //! (which locks that row too), and two compactions of one blob do not both commit.
 //!
+//! Retention learns which packs may have lost their last list from `pack_checks`: every
+//! transaction that removes a chunk list (a blob's deletion, a repair back to raw) or points a
+//! chunk at another pack (a compaction) notes the packs concerned in it, and a pass checks
+//! those, never every pack. A check removes its note first, then locks and decides
+//! ([`Db::claim_pack`]); a note is written with `ON CONFLICT … DO UPDATE`, which waits for a
+//! check that is removing the same note (PostgreSQL). So a list removed while a pack is being
+//! checked either commits before the check's decision (which then sees it gone) or writes its
+//! note after the check removed the old one (and the next pass checks again): no pack is left
+//! unneeded and unnoted.
+//!
 //! A compacted blob's raw copy is removed only after its chunk list committed; a crash
 //! between leaves a raw copy of a `chunked` blob, which retention's sweep removes. A crash
 //! after a pack was written and before its commit leaves a pack with no row: the sweep
@@ -32,16 +42,16 @@ use sqlx::{AnyConnection, Row};
 use super::error::{DbError, DbResult};
 use super::pool::{digest_at, to_i64, Db};
 
-/// What compaction takes next. `inline_data IS NULL` is asked first: a small blob's row
-/// answers it from its header, where its `layout` (a later column) sits behind its inline
-/// bytes, on SQLite an overflow page to read for every small blob of the walk.
-///
-/// (A partial index on these three terms took the walk from ~700 ms to ~0.5 ms at 200,000
-/// small blobs, but it was not kept: its entry made a new upload of content stored as a file
-/// write more pages than a re-upload of content held already, which is what
-/// `hardening::uploads_write_as_many_database_pages…` guards against.)
-const COMPACTABLE: &str = "SELECT digest, size FROM blobs WHERE inline_data IS NULL AND state = 'live' \
-                           AND layout = 'raw' AND created_at <= $1 AND digest > $2 ORDER BY digest LIMIT $3";
+/// What compaction takes next: raw blobs stored as files, live, written by `$1`, after
+/// `($2, $3)` in (written, digest) order — a range of the partial index `blobs_compactable`
+/// (migration 0013), which holds exactly the blobs stored as files and not compacted yet, so a
+/// pass reads what became old enough and nothing else. (The index's entry is written by a new
+/// upload of content stored as a file; the echo a re-upload of such content writes enters the
+/// same index on `blob_echoes`, so that both still write alike.)
+pub(super) const COMPACTABLE: &str =
+    "SELECT digest, size, created_at FROM blobs WHERE inline_data IS NULL AND layout = 'raw' \
+                           AND state = 'live' AND created_at <= $1 AND (created_at, digest) > ($2, $3) \
+                           ORDER BY created_at, digest LIMIT $4";
 
 /// Where a chunk's bytes are: a zstd frame in a pack.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +101,17 @@ pub struct StorageStats {
     /// Outputs whose stored bytes are marked as failing their hash (api.md v1.3).
     pub corrupt: u64,
 }
+
+/// How a note in `pack_checks` is written: over a note being removed by a check, it waits for
+/// that check and then writes its own (see the module's invariants).
+const NOTE: &str = "ON CONFLICT (pack) DO UPDATE SET pack = excluded.pack";
+
+/// The noted packs after `$1`, in id order, `$2` at a time: the primary key's range.
+pub(super) const PACK_CHECKS: &str = "SELECT pack FROM pack_checks WHERE pack > $1 ORDER BY pack LIMIT $2";
+
+/// Deletions of packs begun by `$1`, `$2` at a time: through the partial index `packs_deleting`.
+pub(super) const STALE_PACK_DELETIONS: &str =
+    "SELECT id, size FROM packs WHERE state = 'deleting' AND deleting_since <= $1 ORDER BY id LIMIT $2";
 
 /// Rows an `IN (…)` list or a multi-row insert takes at a time.
 const BATCH: usize = 400;
@@ -144,10 +165,21 @@ impl Db {
         rows.iter().map(|r| Ok((r.try_get::<i64, _>("raw_offset")? as u64, chunk_from_row(r)?))).collect()
     }
 
-    /// Raw blobs stored as files or objects (not inline), live, written before `before`, after
-    /// `after` in key order: what compaction takes next.
-    pub async fn compactable(&self, before: i64, after: Option<&Digest>, limit: i64) -> DbResult<Vec<(Digest, u64)>> {
-        self.page_of_sizes(COMPACTABLE, before, after, limit).await
+    /// Raw blobs stored as files or objects (not inline), live, written by `before`, after
+    /// `after` (when written, digest), oldest first: what compaction takes next. Each with its
+    /// size and when it was written (the next page's start).
+    pub async fn compactable(
+        &self,
+        before: i64,
+        after: Option<(i64, Digest)>,
+        limit: i64,
+    ) -> DbResult<Vec<(Digest, u64, i64)>> {
+        let (at, digest) = after.map_or((i64::MIN, String::new()), |(at, d)| (at, d.hex()));
+        let rows =
+            sqlx::query(COMPACTABLE).bind(before).bind(at).bind(digest).bind(limit).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| Ok((digest_at(r, "digest")?, r.try_get::<i64, _>("size")? as u64, r.try_get("created_at")?)))
+            .collect()
     }
 
     /// Records a blob's compaction (see the module's invariant): its packs, their chunks, its
@@ -184,6 +216,12 @@ impl Db {
                         return Err(DbError::unavailable("a swept pack id came back; retry"));
                         // rolls back
                     }
+                    // A new pack whose every chunk turned out stored already is needed by no
+                    // list: checked once like any other.
+                    sqlx::query(&format!("INSERT INTO pack_checks (pack) VALUES ($1) {NOTE}"))
+                        .bind(&p.id)
+                        .execute(&mut *conn)
+                        .await?;
                 }
                 insert_chunks(conn, &c.chunks).await?;
                 // Every pack the list points into, locked in one order, must be live.
@@ -216,8 +254,8 @@ impl Db {
         .or_else(|e| if matches!(e, DbError::Conflict) { Ok(false) } else { Err(e) })
     }
 
-    /// Live packs after `after` whose chunks no blob's list names: what a retention pass
-    /// claims.
+    /// Live packs after `after` whose chunks no blob's list names, found by walking every pack:
+    /// for tests and diagnostics, never on a timer (a pass checks the noted packs).
     pub async fn unreferenced_packs(&self, after: Option<&str>, limit: i64) -> DbResult<Vec<(String, u64)>> {
         let rows = sqlx::query(
             "SELECT id, size FROM packs p WHERE state = 'live' AND id > $1 AND NOT EXISTS \
@@ -231,11 +269,18 @@ impl Db {
         rows.iter().map(|r| Ok((r.try_get("id")?, r.try_get::<i64, _>("size")? as u64))).collect()
     }
 
-    /// Claims an unreferenced pack for deletion (`live` → `deleting`), deciding after the lock.
+    /// Packs noted for a check, after `after`, in id order: what a retention pass checks.
+    pub async fn pack_checks(&self, after: Option<&str>, limit: i64) -> DbResult<Vec<String>> {
+        Ok(sqlx::query_scalar(PACK_CHECKS).bind(after.unwrap_or_default()).bind(limit).fetch_all(&self.pool).await?)
+    }
+
+    /// Checks a pack: removes its note, then claims it for deletion (`live` → `deleting`) if
+    /// no list needs it, deciding after the lock (see the module's invariants).
     pub async fn claim_pack(&self, id: &str, now: i64) -> DbResult<bool> {
         let (id, lock) = (id.to_owned(), format!("SELECT state FROM packs WHERE id = $1{}", self.for_update()));
         self.write(move |c| {
             Box::pin(async move {
+                sqlx::query("DELETE FROM pack_checks WHERE pack = $1").bind(&id).execute(&mut *c).await?;
                 let state: Option<String> = sqlx::query_scalar(&lock).bind(&id).fetch_optional(&mut *c).await?;
                 if state.as_deref() != Some("live") || pack_referenced(c, &id).await? {
                     return Ok(false);
@@ -254,13 +299,7 @@ impl Db {
 
     /// Deletions of packs a crashed pass left half-done before `stale_before`.
     pub async fn stale_pack_deletions(&self, stale_before: i64, limit: i64) -> DbResult<Vec<(String, u64)>> {
-        let rows = sqlx::query(
-            "SELECT id, size FROM packs WHERE state = 'deleting' AND deleting_since <= $1 ORDER BY id LIMIT $2",
-        )
-        .bind(stale_before)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(STALE_PACK_DELETIONS).bind(stale_before).bind(limit).fetch_all(&self.pool).await?;
         rows.iter().map(|r| Ok((r.try_get("id")?, r.try_get::<i64, _>("size")? as u64))).collect()
     }
 
@@ -369,26 +408,15 @@ impl Db {
         Ok(out)
     }
 
-    /// Stored and logical bytes of what is live (api.md v1.2, Storage efficiency). A blob inline
-    /// in its row is never compacted, so it counts as raw; asked first, that reads the row's
-    /// header alone, where `layout` of an inline row sits behind its bytes (SQLite: on an
-    /// overflow page, read for every small blob otherwise).
+    /// Stored and logical bytes of what is live (api.md v1.2, Storage efficiency), from the
+    /// kept sums (`db/totals.rs`): constant time, whatever the store holds. A blob inline in
+    /// its row is never compacted, so it counts as stored whole.
     pub async fn storage_stats(&self) -> DbResult<StorageStats> {
-        let blobs = sqlx::query(
-            "SELECT CAST(COUNT(*) AS BIGINT) AS n, CAST(COALESCE(SUM(size), 0) AS BIGINT) AS logical, \
-             CAST(COALESCE(SUM(CASE WHEN inline_data IS NOT NULL OR layout = 'raw' THEN size ELSE 0 END), 0) AS BIGINT) AS raw \
-             FROM blobs WHERE state = 'live'",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        let packs: i64 =
-            sqlx::query_scalar("SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM packs WHERE state = 'live'")
-                .fetch_one(&self.pool)
-                .await?;
+        let t = self.totals().await?;
         Ok(StorageStats {
-            stored_bytes: (blobs.try_get::<i64, _>("raw")? + packs) as u64,
-            logical_bytes: blobs.try_get::<i64, _>("logical")? as u64,
-            blobs: blobs.try_get::<i64, _>("n")? as u64,
+            stored_bytes: (t.raw + t.packs) as u64,
+            logical_bytes: t.logical as u64,
+            blobs: t.blobs as u64,
             corrupt: self.count_damaged().await?,
         })
     }
@@ -446,10 +474,33 @@ async fn pack_referenced(c: &mut AnyConnection, id: &str) -> DbResult<bool> {
     Ok(n > 0)
 }
 
+/// Notes, for retention's next check, the packs that blob `blob`'s chunk list points into:
+/// called just before the list is removed.
+pub(super) async fn note_packs_of(c: &mut AnyConnection, blob: &str) -> DbResult<()> {
+    sqlx::query(&format!(
+        "INSERT INTO pack_checks (pack) SELECT DISTINCT ch.pack FROM blob_chunks bc \
+         JOIN chunks ch ON ch.digest = bc.chunk WHERE bc.blob = $1 {NOTE}"
+    ))
+    .bind(blob)
+    .execute(&mut *c)
+    .await?;
+    Ok(())
+}
+
 /// New chunk rows; a chunk already recorded keeps its row unless the pack it points into is no
-/// longer live, in which case it is pointed at this copy.
+/// longer live, in which case it is pointed at this copy (and the pack it pointed into is noted
+/// for a check).
 async fn insert_chunks(c: &mut AnyConnection, chunks: &[ChunkLoc]) -> DbResult<()> {
     for batch in chunks.chunks(BATCH / 5) {
+        let sql = format!(
+            "INSERT INTO pack_checks (pack) SELECT DISTINCT pack FROM chunks WHERE digest IN ({}) {NOTE}",
+            marks(1, batch.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for ch in batch {
+            q = q.bind(ch.digest.hex());
+        }
+        q.execute(&mut *c).await?;
         let values: Vec<String> = (0..batch.len()).map(|i| format!("({})", marks(i * 5 + 1, 5))).collect();
         let sql = format!(
             "INSERT INTO chunks (digest, pack, pack_offset, length, raw_length) VALUES {} \

@@ -175,6 +175,7 @@ impl Db {
         let blob = blob.hex();
         self.write(move |c| {
             Box::pin(async move {
+                super::chunks::note_packs_of(c, &blob).await?;
                 sqlx::query("DELETE FROM blob_chunks WHERE blob = $1").bind(&blob).execute(&mut *c).await?;
                 sqlx::query("UPDATE blobs SET layout = 'raw' WHERE digest = $1").bind(&blob).execute(&mut *c).await?;
                 Ok(())

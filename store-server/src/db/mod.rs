@@ -11,11 +11,13 @@ mod chunks;
 mod damage;
 pub(crate) mod error;
 mod keys;
+pub mod plans;
 mod pool;
 mod retention;
 mod search;
 mod streams;
 mod tokens;
+mod totals;
 
 pub use blobs::{AddRef, BlobRow, BlobState, Complete, NewRef, RefRow, Referenced};
 pub use chunks::{ChunkLoc, Compacted, NewPack, StorageStats};
@@ -25,3 +27,4 @@ pub use pool::{Backend, Db, GROUP_SECONDS, GROUP_WRITES};
 pub use search::{SearchOutput, MAX_SEARCH_OUTPUTS};
 pub use streams::{AppendOutcome, StreamRow};
 pub use tokens::{token_id, TokenInfo, TokenRow};
+pub use totals::Totals;

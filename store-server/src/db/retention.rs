@@ -28,11 +28,13 @@
 //! before it began, and a statement that waits for a row lock re-checks that row's new
 //! version — but reads other tables (`refs`) as of its start. Hence the shapes here:
 //! - `delete_claimed` locks the row in one statement and counts references in the next;
-//! - `mark_unreferenced` locks its candidates (skipping rows an upload holds) and decides in a
-//!   second statement, so a reference committed while it waited is seen and the grace stays
-//!   exact (a single `UPDATE … WHERE NOT EXISTS (refs …)` would mark a just-referenced blob);
-//!   on SQLite it walks a snapshot and decides in the write transaction, whose `UPDATE … WHERE
-//!   NOT EXISTS (refs …)` sees every committed reference (nothing commits beside it);
+//! - the grace starts from the events that take a blob's references, in their own
+//!   transactions: `expire_refs` (time) and `Db::delete_refs` (a caller); each locks the
+//!   blobs' rows and decides in a later statement, so a reference committed while it waited
+//!   is seen and the grace stays exact (a single `UPDATE … WHERE NOT EXISTS (refs …)` would
+//!   mark a just-referenced blob); on SQLite the write transaction sees every committed
+//!   reference (nothing commits beside it). `mark_unreferenced_page`, one page a pass, walks
+//!   the table for anything an event missed, with the same two steps;
 //! - `claim_for_deletion` may run on a stale view at worst: a wrong claim deletes nothing
 //!   (the deletion re-checks) and an upload takes the row back.
 //!
@@ -52,19 +54,27 @@ use super::pool::{Backend, Db};
 
 /// Rows a retention statement takes at a time.
 const PAGE: i64 = 500;
-/// SQLite's walk of `mark_unreferenced`: live blobs out of grace after `$1`, in digest order,
+/// The walk of `mark_unreferenced_page`: live blobs out of grace after `$1`, in digest order,
 /// each with whether no live reference (as of `$2`) points to it. The `+` keeps SQLite on the
 /// key's order: by `blobs_unreferenced` it would sort every blob out of grace for each page.
-const UNREFERENCED_WALK: &str = "SELECT b.digest, NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = b.digest \
-                                 AND (r.pinned = 1 OR r.expires_at > $2)) AS unreferenced FROM blobs b \
+pub(super) const UNREFERENCED_WALK: &str = "SELECT b.digest, CASE WHEN EXISTS (SELECT 1 FROM refs r WHERE r.digest = b.digest \
+                                 AND (r.pinned = 1 OR r.expires_at > $2)) THEN 0 ELSE 1 END AS unreferenced FROM blobs b \
                                  WHERE b.digest > $1 AND b.state = 'live' AND +b.unreferenced_since IS NULL \
                                  ORDER BY b.digest LIMIT $3";
+/// Expired, unpinned references, the earliest expiry first: a range of `refs_expires` (pinned
+/// references have no expiry and are not in it).
+pub(super) const EXPIRED_REFS: &str =
+    "SELECT id, digest FROM refs WHERE expires_at <= $1 AND pinned = 0 ORDER BY expires_at LIMIT $2";
 /// Blobs whose grace ended by `$1`, after `$2`: through the partial index `blobs_in_grace`
 /// (migration 0011), whose condition is this query's `unreferenced_since IS NOT NULL`.
-const COLLECTABLE: &str = "SELECT digest, size FROM blobs WHERE state = 'live' AND unreferenced_since IS NOT NULL \
+/// Streams past their TTL, `$2` at a time: a range of `streams_expires`.
+pub(super) const EXPIRED_STREAMS: &str = "SELECT id FROM streams WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2";
+pub(super) const COLLECTABLE: &str =
+    "SELECT digest, size FROM blobs WHERE state = 'live' AND unreferenced_since IS NOT NULL \
                            AND unreferenced_since <= $1 AND digest > $2 ORDER BY digest LIMIT $3";
 /// Deletions begun by `$1`, after `$2`: through the partial index `blobs_deleting`.
-const STALE_DELETIONS: &str = "SELECT digest, size FROM blobs WHERE state = 'deleting' AND deleting_since <= $1 \
+pub(super) const STALE_DELETIONS: &str =
+    "SELECT digest, size FROM blobs WHERE state = 'deleting' AND deleting_since <= $1 \
                                AND digest > $2 ORDER BY digest LIMIT $3";
 
 impl Db {
@@ -84,22 +94,54 @@ impl Db {
         }
     }
 
-    /// Runs one statement binding `(i64, i64)` as a write; returns the rows it touched.
-    async fn write_two(&self, sql: String, a: i64, b: i64) -> DbResult<u64> {
+    /// Deletes up to `limit` expired, unpinned references, and starts the grace of each blob
+    /// that one of them leaves with no live reference, in one transaction; returns how many
+    /// references went. This is how a blob loses its references to time, so the grace starts
+    /// from these events, never from a walk of every blob.
+    ///
+    /// The rows of their blobs are locked first, in digest order (PostgreSQL; a SQLite write
+    /// transaction holds the whole database): an upload adding a reference holds that row
+    /// until it commits, and the marking statement after the locks — a new snapshot under READ
+    /// COMMITTED — sees its reference and leaves the blob. The marking reads the expired
+    /// references still there (the grace runs from the last one's expiry), then they go.
+    /// Everything that takes a blob's row and then a reference's (`delete_refs_where`,
+    /// uploads) takes them in that order too, and replicas lock blobs in one order: no
+    /// deadlock.
+    pub async fn expire_refs(&self, now: i64, limit: i64) -> DbResult<u64> {
+        let lock = self.for_update();
         self.write(move |c| {
-            Box::pin(async move { Ok(sqlx::query(&sql).bind(a).bind(b).execute(c).await?.rows_affected()) })
+            Box::pin(async move {
+                let page = sqlx::query(EXPIRED_REFS).bind(now).bind(limit).fetch_all(&mut *c).await?;
+                if page.is_empty() {
+                    return Ok(0);
+                }
+                let mut ids = Vec::with_capacity(page.len());
+                let mut digests = std::collections::BTreeSet::new();
+                for row in &page {
+                    ids.push(row.try_get::<i64, _>("id")?);
+                    digests.insert(row.try_get::<String, _>("digest")?);
+                }
+                let digests: Vec<String> = digests.into_iter().collect();
+                if !lock.is_empty() {
+                    let sql = format!(
+                        "SELECT digest FROM blobs WHERE digest IN ({}) ORDER BY digest{lock}",
+                        marks(1, digests.len())
+                    );
+                    bind_all(sqlx::query(&sql), &digests).fetch_all(&mut *c).await?;
+                }
+                mark_all(c, &digests, now).await?;
+                let sql = format!(
+                    "DELETE FROM refs WHERE pinned = 0 AND expires_at <= $1 AND id IN ({})",
+                    marks(2, ids.len())
+                );
+                let mut q = sqlx::query(&sql).bind(now);
+                for id in &ids {
+                    q = q.bind(*id);
+                }
+                Ok(q.execute(&mut *c).await?.rows_affected())
+            })
         })
         .await
-    }
-
-    /// Deletes up to `limit` expired, unpinned references; returns how many.
-    pub async fn expire_refs(&self, now: i64, limit: i64) -> DbResult<u64> {
-        let sql = format!(
-            "DELETE FROM refs WHERE id IN (SELECT id FROM refs WHERE pinned = 0 AND expires_at <= $1 \
-             ORDER BY id LIMIT $2{})",
-            self.skip_locked()
-        );
-        self.write_two(sql, now, limit).await
     }
 
     /// Counts expired, unpinned references (for a dry run).
@@ -150,80 +192,72 @@ impl Db {
         .await
     }
 
-    /// Starts the grace period of live blobs that no live reference points to: from the moment
-    /// their last reference expired, or from `now` for those with no reference at all (their
-    /// references went by `DELETE`, which starts the grace itself, or by a crash between
-    /// steps). Returns how many it marked.
+    /// One page of the walk that catches what no event marked: live blobs out of grace that no
+    /// live reference points to (left by a crash of an earlier version between its steps, or by
+    /// anything else that removes references without [`Db::expire_refs`] or
+    /// [`Db::delete_refs`]), `limit` blobs in digest order after `after`. Starts their grace
+    /// from their last reference's expiry, or `now`. Returns how many it marked and where the
+    /// next page starts (`None`: the walk is done, start again from the first).
     ///
-    /// PostgreSQL: two statements per page, in one transaction: the first locks the candidates
-    /// (skipping rows an upload holds), the second, a new snapshot under READ COMMITTED, decides
-    /// with every reference committed before the locks were granted in sight. A single `UPDATE
-    /// … WHERE NOT EXISTS (refs …)` would not do: when it waits for a row an upload holds, it
-    /// re-checks that row after the upload commits but still reads `refs` as of its start, and
-    /// would mark a blob that has just been referenced.
+    /// A retention pass takes one page of it, so a pass costs the same whatever the store
+    /// holds; the walk goes round the whole table every (blobs / `limit`) passes.
     ///
-    /// SQLite: see [`Db::mark_unreferenced_sqlite`].
-    pub async fn mark_unreferenced(&self, now: i64) -> DbResult<u64> {
-        if self.backend == Backend::Sqlite {
-            return self.mark_unreferenced_sqlite(now).await;
-        }
-        let mut total = 0;
-        let mut after = String::new();
-        loop {
-            let lock = format!(
-                "SELECT digest FROM blobs b WHERE state = 'live' AND unreferenced_since IS NULL AND digest > $1 \
-                 AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = b.digest AND (r.pinned = 1 OR r.expires_at > $2)) \
-                 ORDER BY digest LIMIT $3{}",
-                self.skip_locked()
-            );
-            let from = after.clone();
-            let (marked, last, full) = self
-                .write(move |c| {
-                    Box::pin(async move {
-                        let page: Vec<String> =
-                            sqlx::query_scalar(&lock).bind(from).bind(now).bind(PAGE).fetch_all(&mut *c).await?;
-                        let (last, full) = (page.last().cloned(), page.len() as i64 == PAGE);
-                        Ok((mark_each(c, &page, now).await?, last, full))
-                    })
-                })
-                .await?;
-            total += marked;
-            match last {
-                Some(last) if full => after = last,
-                _ => return Ok(total),
+    /// The page is read from a snapshot on a pooled connection (on SQLite never held by the
+    /// writer every upload needs); only the blobs found unreferenced go to a write
+    /// transaction, which decides again. PostgreSQL: that transaction first locks them
+    /// (skipping rows an upload holds), and the marking statement after the locks — a new
+    /// snapshot under READ COMMITTED — sees every reference committed before the locks were
+    /// granted; a single `UPDATE … WHERE NOT EXISTS (refs …)` would not do, as when it waits for
+    /// a row an upload holds, it re-checks that row but still reads `refs` as of its start.
+    /// SQLite: the write transaction holds the whole database and sees every committed
+    /// reference. A stale snapshot can only leave out a blob that lost its last reference
+    /// during the walk (the next round marks it) or propose one that was just referenced (the
+    /// marking leaves it).
+    pub async fn mark_unreferenced_page(&self, now: i64, after: &str, limit: i64) -> DbResult<(u64, Option<String>)> {
+        let page = sqlx::query(UNREFERENCED_WALK).bind(after).bind(now).bind(limit).fetch_all(&self.pool).await?;
+        let mut found = Vec::new();
+        for row in &page {
+            if row.try_get::<i64, _>("unreferenced")? != 0 {
+                found.push(row.try_get::<String, _>("digest")?);
             }
         }
+        let next = match page.last() {
+            Some(last) if page.len() as i64 == limit => Some(last.try_get::<String, _>("digest")?),
+            _ => None,
+        };
+        if found.is_empty() {
+            return Ok((0, next));
+        }
+        let skip_locked = self.skip_locked();
+        let marked = self
+            .write(move |c| {
+                Box::pin(async move {
+                    let found = if skip_locked.is_empty() {
+                        found
+                    } else {
+                        let sql = format!(
+                            "SELECT digest FROM blobs WHERE digest IN ({}) ORDER BY digest{skip_locked}",
+                            marks(1, found.len())
+                        );
+                        bind_all(sqlx::query_scalar::<_, String>(&sql), &found).fetch_all(&mut *c).await?
+                    };
+                    mark_all(c, &found, now).await
+                })
+            })
+            .await?;
+        Ok((marked, next))
     }
 
-    /// [`Db::mark_unreferenced`] on SQLite, whose one writer every upload needs: the walk over
-    /// every live blob is a read, never held by the writer. A page of `PAGE` rows at a time, in
-    /// digest order, each with whether a live reference points to it, is read from a snapshot
-    /// on a pooled connection; only the rows found unreferenced go to a write transaction,
-    /// whose `UPDATE` decides again. That transaction holds the whole database, so it sees
-    /// every reference committed before it and no upload commits during it: the grace is
-    /// exact whatever the snapshot missed. A stale snapshot can only leave out a blob that lost
-    /// its last reference during the walk (the next pass marks it) or propose one that was
-    /// just referenced (the `UPDATE` leaves it).
-    ///
-    /// (Found unreferenced in one statement instead, the walk held the writer for the whole
-    /// table: 1.1–1.7 s without an upload answered, 200,000 blobs, `bench/run-retention-stall.sh`.)
-    async fn mark_unreferenced_sqlite(&self, now: i64) -> DbResult<u64> {
-        let mut total = 0;
-        let mut after = String::new();
+    /// The whole walk of [`Db::mark_unreferenced_page`], page after page: for tests and an
+    /// operator's one-off, never on a timer.
+    pub async fn mark_unreferenced(&self, now: i64) -> DbResult<u64> {
+        let (mut total, mut after) = (0, String::new());
         loop {
-            let page = sqlx::query(UNREFERENCED_WALK).bind(&after).bind(now).bind(PAGE).fetch_all(&self.pool).await?;
-            let mut found = Vec::new();
-            for row in &page {
-                if row.try_get::<i64, _>("unreferenced")? != 0 {
-                    found.push(row.try_get::<String, _>("digest")?);
-                }
-            }
-            if !found.is_empty() {
-                total += self.write(move |c| Box::pin(async move { mark_each(c, &found, now).await })).await?;
-            }
-            match page.last() {
-                Some(last) if page.len() as i64 == PAGE => after = last.try_get("digest")?,
-                _ => return Ok(total),
+            let (marked, next) = self.mark_unreferenced_page(now, &after, PAGE).await?;
+            total += marked;
+            match next {
+                Some(next) => after = next,
+                None => return Ok(total),
             }
         }
     }
@@ -296,7 +330,9 @@ impl Db {
                 if let Err(e) = remove().await {
                     return Ok(Err(e));
                 }
-                // A compacted blob's chunk list goes with it; its packs go once no list needs them.
+                // A compacted blob's chunk list goes with it; its packs go once no list needs them,
+                // which the next pass checks (`db/chunks.rs`).
+                super::chunks::note_packs_of(c, &digest).await?;
                 sqlx::query("DELETE FROM blob_chunks WHERE blob = $1").bind(&digest).execute(&mut *c).await?;
                 sqlx::query("DELETE FROM blobs WHERE digest = $1 AND state = 'deleting'")
                     .bind(&digest)
@@ -317,10 +353,7 @@ impl Db {
                 .await?;
             return Ok(n as u64);
         }
-        let sql = format!(
-            "DELETE FROM streams WHERE id IN (SELECT id FROM streams WHERE expires_at <= $1 ORDER BY id LIMIT $2{})",
-            self.skip_locked()
-        );
+        let sql = format!("DELETE FROM streams WHERE id IN ({EXPIRED_STREAMS}{})", self.skip_locked());
         self.write(move |c| {
             Box::pin(async move {
                 // Chunks first, whether or not foreign keys cascade.
@@ -353,50 +386,49 @@ impl Db {
 
 /// Starts the grace of each blob in `digests` that is live, out of grace and has no live
 /// reference, as read by this statement: from its last reference's expiry, or `now`.
-async fn mark_each(c: &mut AnyConnection, digests: &[String], now: i64) -> DbResult<u64> {
+async fn mark_all(c: &mut AnyConnection, digests: &[String], now: i64) -> DbResult<u64> {
     let mut marked = 0;
-    for digest in digests {
-        marked += sqlx::query(
+    for batch in digests.chunks(PAGE as usize) {
+        let sql = format!(
             "UPDATE blobs SET unreferenced_since = COALESCE( \
-                 (SELECT MAX(r.expires_at) FROM refs r WHERE r.digest = blobs.digest), $2) \
-             WHERE digest = $1 AND state = 'live' AND unreferenced_since IS NULL \
+                 (SELECT MAX(r.expires_at) FROM refs r WHERE r.digest = blobs.digest), $1) \
+             WHERE digest IN ({}) AND state = 'live' AND unreferenced_since IS NULL \
              AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = blobs.digest \
-                             AND (r.pinned = 1 OR r.expires_at > $2))",
-        )
-        .bind(digest)
-        .bind(now)
-        .execute(&mut *c)
-        .await?
-        .rows_affected();
+                             AND (r.pinned = 1 OR r.expires_at > $1))",
+            marks(2, batch.len())
+        );
+        let q = sqlx::query(&sql).bind(now);
+        marked += bind_all(q, batch).execute(&mut *c).await?.rows_affected();
     }
     Ok(marked)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A query that takes binds (`query` and `query_scalar` alike).
+trait Bindable<'q> {
+    fn bind_str(self, v: &'q str) -> Self;
+}
 
-    /// SQLite's plan for `sql` (its parameters unbound, as NULL), one step a line.
-    async fn plan(db: &Db, sql: &str) -> Vec<String> {
-        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}")).fetch_all(&db.pool).await.unwrap();
-        rows.iter().map(|r| r.try_get::<String, _>("detail").unwrap()).collect()
+impl<'q> Bindable<'q> for sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    fn bind_str(self, v: &'q str) -> Self {
+        self.bind(v)
     }
+}
 
-    /// A retention pass lists its candidates through their partial indexes, in digest order,
-    /// never by walking every live blob; the one walk that must (SQLite's search for blobs
-    /// nobody references) goes in key order, a page at a time, never sorting them all.
-    #[tokio::test]
-    async fn retention_lists_candidates_through_their_indexes() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::connect(&format!("sqlite://{}?mode=rwc", dir.path().join("meta.db").display())).await.unwrap();
-        for (sql, index) in [
-            (COLLECTABLE, "blobs_in_grace"),
-            (STALE_DELETIONS, "blobs_deleting"),
-            (UNREFERENCED_WALK, "sqlite_autoindex_blobs_1"),
-        ] {
-            let plan = plan(&db, sql).await;
-            assert!(plan.iter().any(|step| step.contains(&format!("USING INDEX {index}"))), "{sql}: {plan:?}");
-            assert!(!plan.iter().any(|step| step.contains("TEMP B-TREE")), "{sql}: {plan:?}");
-        }
+impl<'q, O> Bindable<'q> for sqlx::query::QueryScalar<'q, sqlx::Any, O, sqlx::any::AnyArguments<'q>> {
+    fn bind_str(self, v: &'q str) -> Self {
+        self.bind(v)
     }
+}
+
+/// `$from, $from+1, …`: `n` placeholders.
+fn marks(from: usize, n: usize) -> String {
+    (from..from + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Binds each string in order.
+fn bind_all<'q, Q: Bindable<'q>>(mut q: Q, values: &'q [String]) -> Q {
+    for v in values {
+        q = q.bind_str(v);
+    }
+    q
 }

@@ -46,11 +46,11 @@ pub async fn run_compaction_once(jobs: &Jobs, older_than: Duration) -> anyhow::R
         return Ok(s);
     }
     let before = now - older_than.as_millis() as i64;
-    let mut after: Option<Digest> = None;
+    let mut after: Option<(i64, Digest)> = None;
     let result = async {
         loop {
-            let page = jobs.blobs.db.compactable(before, after.as_ref(), PAGE).await?;
-            for (digest, size) in &page {
+            let page = jobs.blobs.db.compactable(before, after, PAGE).await?;
+            for (digest, size, _) in &page {
                 let now = jobs.now();
                 anyhow::ensure!(
                     jobs.blobs.db.take_lease(LEASE, holder(), now, now + lease).await?,
@@ -67,7 +67,7 @@ pub async fn run_compaction_once(jobs: &Jobs, older_than: Duration) -> anyhow::R
                 }
             }
             match page.last() {
-                Some((last, _)) if page.len() as i64 == PAGE => after = Some(*last),
+                Some((last, _, at)) if page.len() as i64 == PAGE => after = Some((*at, *last)),
                 _ => return Ok::<_, anyhow::Error>(()),
             }
         }

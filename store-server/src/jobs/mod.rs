@@ -8,7 +8,7 @@ pub mod heavy;
 pub mod retention;
 pub mod scrub;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::blobs::Blobs;
 use crate::config::Config;
@@ -20,12 +20,23 @@ pub struct Jobs {
     pub blobs: Blobs,
     /// The passes' intervals, grace, leases and ages.
     pub config: Arc<Config>,
+    /// Where retention's rolling walks go on from, pass after pass.
+    pub(crate) rolling: Arc<Mutex<Rolling>>,
+}
+
+/// The places retention's bounded walks reached, so that the next pass takes the next part.
+#[derive(Debug, Default)]
+pub(crate) struct Rolling {
+    /// The last blob `mark_unreferenced_page` looked at (empty: from the first).
+    pub(crate) unreferenced_after: String,
+    /// The next key prefix (of 256) the sweep for bytes with no row lists.
+    pub(crate) next_prefix: usize,
 }
 
 impl Jobs {
     /// The handle.
     pub fn new(blobs: Blobs, config: Arc<Config>) -> Self {
-        Self { blobs, config }
+        Self { blobs, config, rolling: Arc::default() }
     }
 
     /// Now, in milliseconds.

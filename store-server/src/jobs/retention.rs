@@ -17,6 +17,7 @@ const PAGE: i64 = 500;
 
 /// One pass. With `dry_run` nothing changes and the summary tells what would.
 pub async fn run_retention_once(jobs: &Jobs, dry_run: bool) -> anyhow::Result<RetentionSummary> {
+    let began = std::time::Instant::now();
     let now = jobs.now();
     let cutoff = now - jobs.config.retention_grace.as_millis() as i64;
     let mut s = RetentionSummary { dry_run, ..Default::default() };
@@ -26,9 +27,11 @@ pub async fn run_retention_once(jobs: &Jobs, dry_run: bool) -> anyhow::Result<Re
         (s.blobs_deleted, s.bytes_freed) = jobs.blobs.db.count_collectable(now, cutoff).await?;
         return Ok(s);
     }
-    // Grace first, from the expiry times, while the expired references are still there.
-    jobs.blobs.db.mark_unreferenced(now).await?;
+    // Expired references go, each page starting the grace of the blobs it leaves with none
+    // (from the expiry times, read before they go); then one page of the walk that catches
+    // what no event marked. Neither reads more than what expired and one page.
     s.references_expired = in_pages(|| jobs.blobs.db.expire_refs(now, PAGE)).await?;
+    mark_a_page(jobs, now).await?;
     s.streams_expired = in_pages(|| jobs.blobs.db.expire_streams(now, PAGE, false)).await?;
     // Searches whose cursors are a day old: their lists of outputs go (never the outputs).
     jobs.blobs.db.delete_expired_searches(now).await?;
@@ -53,20 +56,44 @@ pub async fn run_retention_once(jobs: &Jobs, dry_run: bool) -> anyhow::Result<Re
     delete_each(jobs, &mut s, half_done, stale).await?;
     // Bytes with no row yet may be an upload between publication and its row: only bytes older
     // than the deletion lease too (an upload takes seconds there, the lease minutes) are
-    // orphans, whatever the grace.
-    sweep_orphans(jobs, cutoff.min(stale_before), now, &mut s).await?;
-    // Packs whose chunks no list needs any more, then packs a crashed compaction left.
+    // orphans, whatever the grace. The next `sweep_prefixes` of the 256 key prefixes.
+    let prefixes = next_prefixes(jobs);
+    for p in &prefixes {
+        sweep_orphans(jobs, *p, cutoff.min(stale_before), now, &mut s).await?;
+    }
+    // Packs noted as maybe unneeded, then packs a crashed compaction left.
     collect_packs(jobs, &mut s, now, stale_before).await?;
-    sweep_orphan_packs(jobs, stale_before, now, &mut s).await?;
+    for p in &prefixes {
+        sweep_orphan_packs(jobs, *p, stale_before, now, &mut s).await?;
+    }
     report_storage(jobs).await;
     metrics::counter!("spillway_retention_expired_refs_total").increment(s.references_expired);
     metrics::counter!("spillway_retention_deleted_blobs_total").increment(s.blobs_deleted);
     metrics::counter!("spillway_retention_freed_bytes_total").increment(s.bytes_freed);
+    metrics::gauge!("spillway_retention_pass_seconds").set(began.elapsed().as_secs_f64());
     Ok(s)
 }
 
+/// One page of [`Db::mark_unreferenced_page`](crate::db::Db::mark_unreferenced_page), from
+/// where the last pass of this process left it.
+async fn mark_a_page(jobs: &Jobs, now: i64) -> anyhow::Result<()> {
+    let after = std::mem::take(&mut jobs.rolling.lock().expect("rolling").unreferenced_after);
+    let (_, next) = jobs.blobs.db.mark_unreferenced_page(now, &after, PAGE).await?;
+    jobs.rolling.lock().expect("rolling").unreferenced_after = next.unwrap_or_default();
+    Ok(())
+}
+
+/// The key prefixes this pass sweeps: the next `sweep_prefixes` (1–256) after the last pass's.
+fn next_prefixes(jobs: &Jobs) -> Vec<u8> {
+    let n = jobs.config.sweep_prefixes.clamp(1, 256);
+    let mut rolling = jobs.rolling.lock().expect("rolling");
+    let first = rolling.next_prefix;
+    rolling.next_prefix = (first + n) % 256;
+    (first..first + n).map(|p| (p % 256) as u8).collect()
+}
+
 /// Sets the gauges of what the store holds (`spillway_stored_bytes`, `spillway_logical_bytes`)
-/// from the database, after a pass changed it.
+/// from the database's kept sums (`db/totals.rs`: a constant read), after a pass changed it.
 pub async fn report_storage(jobs: &Jobs) {
     match jobs.blobs.db.storage_stats().await {
         Ok(s) => {
@@ -125,13 +152,13 @@ where
     }
 }
 
-/// Bytes with no row, written before `cutoff` (a crash between publication and the row):
-/// each is claimed with a `deleting` row first and deleted like any claimed blob, so an
-/// upload of the same content takes the row back rather than racing the deletion. And raw
-/// copies of compacted blobs, whatever their age.
-async fn sweep_orphans(jobs: &Jobs, cutoff: i64, now: i64, s: &mut RetentionSummary) -> anyhow::Result<()> {
+/// Bytes with no row under these key prefixes, written before `cutoff` (a crash between
+/// publication and the row): each is claimed with a `deleting` row first and deleted like any
+/// claimed blob, so an upload of the same content takes the row back rather than racing the
+/// deletion. And raw copies of compacted blobs, whatever their age.
+async fn sweep_orphans(jobs: &Jobs, prefix: u8, cutoff: i64, now: i64, s: &mut RetentionSummary) -> anyhow::Result<()> {
     use futures::TryStreamExt;
-    let mut listed = jobs.blobs.store.list();
+    let mut listed = jobs.blobs.store.list_prefix(prefix);
     let mut batch = Vec::with_capacity(PAGE as usize);
     loop {
         let next = listed.try_next().await?;
@@ -191,25 +218,28 @@ pub async fn delete_raw_copy(jobs: &Jobs, digest: &Digest) -> anyhow::Result<boo
     Ok(jobs.blobs.db.delete_raw_copy(digest, remove).await??)
 }
 
-/// Claims and deletes the live packs no blob's chunk list needs, then the deletions of packs a
-/// crashed pass left half-done (`db/chunks.rs` for the invariant).
+/// Checks the packs noted as maybe unneeded, claiming and deleting those no blob's chunk list
+/// needs, then finishes the deletions of packs a crashed pass left half-done (`db/chunks.rs`
+/// for the invariant). Reads the notes and the claimed packs, never every pack.
 async fn collect_packs(jobs: &Jobs, s: &mut RetentionSummary, now: i64, stale_before: i64) -> anyhow::Result<()> {
     let mut after: Option<String> = None;
     loop {
-        let page = jobs.blobs.db.unreferenced_packs(after.as_deref(), PAGE).await?;
-        for (id, size) in &page {
-            if jobs.blobs.db.claim_pack(id, now).await? && delete_claimed_pack(jobs, id).await? {
-                s.packs_deleted += 1;
-                s.pack_bytes_freed += size;
+        let page = jobs.blobs.db.pack_checks(after.as_deref(), PAGE).await?;
+        for id in &page {
+            if jobs.blobs.db.claim_pack(id, now).await? {
+                if let Some(size) = delete_claimed_pack(jobs, id).await? {
+                    s.packs_deleted += 1;
+                    s.pack_bytes_freed += size;
+                }
             }
         }
         match page.last() {
-            Some((last, _)) if page.len() as i64 == PAGE => after = Some(last.clone()),
+            Some(last) if page.len() as i64 == PAGE => after = Some(last.clone()),
             _ => break,
         }
     }
     for (id, size) in jobs.blobs.db.stale_pack_deletions(stale_before, PAGE).await? {
-        if delete_claimed_pack(jobs, &id).await? {
+        if delete_claimed_pack(jobs, &id).await?.is_some() {
             s.packs_deleted += 1;
             s.pack_bytes_freed += size;
         }
@@ -217,11 +247,18 @@ async fn collect_packs(jobs: &Jobs, s: &mut RetentionSummary, now: i64, stale_be
     Ok(())
 }
 
-/// Packs with no row, written before `cutoff` (a compaction that crashed before its commit):
-/// claimed with a `deleting` row, then deleted like any claimed pack.
-async fn sweep_orphan_packs(jobs: &Jobs, cutoff: i64, now: i64, s: &mut RetentionSummary) -> anyhow::Result<()> {
+/// Packs with no row under these key prefixes, written before `cutoff` (a compaction that
+/// crashed before its commit): claimed with a `deleting` row, then deleted like any claimed
+/// pack.
+async fn sweep_orphan_packs(
+    jobs: &Jobs,
+    prefix: u8,
+    cutoff: i64,
+    now: i64,
+    s: &mut RetentionSummary,
+) -> anyhow::Result<()> {
     use futures::TryStreamExt;
-    let listed: Vec<(String, u64, i64)> = jobs.blobs.store.list_packs().try_collect().await?;
+    let listed: Vec<(String, u64, i64)> = jobs.blobs.store.list_packs_prefix(prefix).try_collect().await?;
     let old: Vec<(String, u64)> =
         listed.into_iter().filter(|(_, _, written)| *written <= cutoff).map(|(id, size, _)| (id, size)).collect();
     let ids: Vec<String> = old.iter().map(|(id, _)| id.clone()).collect();
@@ -229,7 +266,7 @@ async fn sweep_orphan_packs(jobs: &Jobs, cutoff: i64, now: i64, s: &mut Retentio
     for (id, size) in old {
         if !known.contains(&id)
             && jobs.blobs.db.claim_orphan_pack(&id, size, now).await?
-            && delete_claimed_pack(jobs, &id).await?
+            && delete_claimed_pack(jobs, &id).await?.is_some()
         {
             tracing::info!(pack = %id, size, "deleted a pack that had no metadata row");
             s.packs_deleted += 1;
@@ -240,12 +277,13 @@ async fn sweep_orphan_packs(jobs: &Jobs, cutoff: i64, now: i64, s: &mut Retentio
 }
 
 /// Second phase for one claimed pack: its object, then its chunk rows and its row, holding it.
-async fn delete_claimed_pack(jobs: &Jobs, id: &str) -> anyhow::Result<bool> {
+/// The pack's size when it went.
+async fn delete_claimed_pack(jobs: &Jobs, id: &str) -> anyhow::Result<Option<u64>> {
     let (blobs, pack) = (jobs.blobs.store.clone(), id.to_owned());
     let remove = Box::new(move || -> futures::future::BoxFuture<'static, Result<(), crate::storage::BlobError>> {
         Box::pin(async move { blobs.delete_pack(&pack).await })
     });
-    Ok(jobs.blobs.db.delete_claimed_pack(id, remove).await??.is_some())
+    Ok(jobs.blobs.db.delete_claimed_pack(id, remove).await??)
 }
 
 /// Runs a pass every `interval` until `cancel` fires. Failures are logged and retried next time.
@@ -255,8 +293,10 @@ pub async fn run_retention(jobs: Jobs, interval: Duration, cancel: CancellationT
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(interval) => {}
         }
+        let began = std::time::Instant::now();
         match run_retention_once(&jobs, false).await {
             Ok(s) => tracing::info!(
+                took_ms = began.elapsed().as_millis() as u64,
                 references_expired = s.references_expired,
                 blobs_deleted = s.blobs_deleted,
                 bytes_freed = s.bytes_freed,

@@ -379,8 +379,18 @@ impl BlobStore {
     /// name (`….dedup`) that a crash left between its link and its unlink is removed on the way
     /// (no read ever sees one, and a publisher that finds its twin gone carries on).
     pub fn list(&self) -> BoxStream<'_, Result<(Digest, u64, i64), BlobError>> {
+        self.list_under(Path::from("blobs"))
+    }
+
+    /// [`BlobStore::list`] for the blobs under key prefix `prefix` (0–255, their digests'
+    /// first byte): a 256th of the store, what one step of retention's sweep lists.
+    pub fn list_prefix(&self, prefix: u8) -> BoxStream<'_, Result<(Digest, u64, i64), BlobError>> {
+        self.list_under(Path::from(format!("blobs/{prefix:02x}")))
+    }
+
+    fn list_under(&self, at: Path) -> BoxStream<'_, Result<(Digest, u64, i64), BlobError>> {
         self.objects()
-            .list(Some(&Path::from("blobs")))
+            .list(Some(&at))
             .filter_map(move |meta| async move {
                 match meta {
                     Ok(m) => {
@@ -468,8 +478,17 @@ impl BlobStore {
 
     /// Every stored pack: its id, size and when it was written (milliseconds since the epoch).
     pub fn list_packs(&self) -> BoxStream<'_, Result<(String, u64, i64), BlobError>> {
+        self.list_packs_under(Path::from("packs"))
+    }
+
+    /// [`BlobStore::list_packs`] for the packs under key prefix `prefix` (their ids' first byte).
+    pub fn list_packs_prefix(&self, prefix: u8) -> BoxStream<'_, Result<(String, u64, i64), BlobError>> {
+        self.list_packs_under(Path::from(format!("packs/{prefix:02x}")))
+    }
+
+    fn list_packs_under(&self, at: Path) -> BoxStream<'_, Result<(String, u64, i64), BlobError>> {
         self.objects()
-            .list(Some(&Path::from("packs")))
+            .list(Some(&at))
             .filter_map(|meta| async move {
                 match meta {
                     Ok(m) => {

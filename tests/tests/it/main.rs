@@ -9,6 +9,7 @@ mod hardening;
 mod http;
 mod integrity;
 mod ops;
+mod plans;
 mod races;
 mod read;
 mod redact;

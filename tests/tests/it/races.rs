@@ -201,10 +201,10 @@ async fn a_reference_made_while_retention_waits_keeps_its_grace() {
     .execute(&mut *tx)
     .await
     .unwrap();
-    // Retention's first step, which meets the upload's row lock.
+    // Retention's first step, which expires the reference and meets the upload's row lock.
     let pass = {
         let st = srv.state.clone();
-        tokio::spawn(async move { st.db.mark_unreferenced(now).await.unwrap() })
+        tokio::spawn(async move { st.db.expire_refs(now, 500).await.unwrap() })
     };
     // It either waits for the upload's row, or passes it by; the upload commits after that.
     someone_waits_for_a_lock(&mut watch, &pass).await;

@@ -246,3 +246,28 @@ async fn a_twin_name_a_crash_left_is_swept() {
     assert_eq!(c.get(&rec.digest).await.unwrap().bytes().await.unwrap(), data);
     srv.stop().await;
 }
+
+/// At the default, a pass lists 16 of the 256 key prefixes for bytes that have no row, the next
+/// 16 each time: bytes left under prefix `p` go on pass `p / 16 + 1` of a round, not before.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sweep_for_leftovers_lists_a_sixteenth_of_the_store_a_pass() {
+    let srv = TestServer::start_with(|c| {
+        c.retention_grace = Duration::ZERO;
+        c.sweep_prefixes = 16;
+    })
+    .await;
+    let orphan = Bytes::from(vec![b'r'; 100_000]);
+    let d = Digest::of(&orphan);
+    srv.state.blobs.store.plant(&d, orphan).await.unwrap();
+    srv.clock.advance_secs(srv.config().deletion_lease.as_secs() as i64 + 1);
+    let due = usize::from(u8::from_str_radix(&d.hex()[..2], 16).unwrap()) / 16 + 1;
+    for pass in 1..=16 {
+        let s = srv.retention().await;
+        let swept = !srv.state.blobs.store.exists(&d).await.unwrap();
+        assert_eq!(swept, pass >= due, "pass {pass}: the leftover's prefix comes on pass {due}");
+        if pass == due {
+            assert_eq!(s.orphans_deleted, 1, "{s:?}");
+        }
+    }
+    srv.stop().await;
+}

@@ -66,6 +66,11 @@ pub fn install_metrics() -> Option<&'static PrometheusHandle> {
             }
             metrics::describe_counter!("spillway_http_requests_total", "HTTP requests by method, route and status.");
             metrics::describe_gauge!(
+                "spillway_retention_pass_seconds",
+                metrics::Unit::Seconds,
+                "How long this server's last retention pass took."
+            );
+            metrics::describe_gauge!(
                 "spillway_scrub_last_complete_timestamp_seconds",
                 metrics::Unit::Seconds,
                 "When the background scrub last finished checking everything stored (Unix time)."
