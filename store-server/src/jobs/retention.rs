@@ -8,12 +8,16 @@
 
 use std::time::Duration;
 
+use futures::{StreamExt, TryStreamExt};
 use spillway_api::{Digest, RetentionSummary};
 use tokio_util::sync::CancellationToken;
 
 use crate::jobs::Jobs;
 
 const PAGE: i64 = 500;
+/// Claims and deletions in flight at once: each is a transaction of its own on its own row, so
+/// SQLite's writer commits many together (one fsync), and PostgreSQL runs them side by side.
+const AT_ONCE: usize = 16;
 
 /// One pass. With `dry_run` nothing changes and the summary tells what would.
 pub async fn run_retention_once(jobs: &Jobs, dry_run: bool) -> anyhow::Result<RetentionSummary> {
@@ -37,13 +41,15 @@ pub async fn run_retention_once(jobs: &Jobs, dry_run: bool) -> anyhow::Result<Re
     jobs.blobs.db.delete_expired_searches(now).await?;
     // Claimed first (`live` → `deleting`, which an upload's reference prevents), then deleted.
     let collect = |page: Vec<(Digest, u64)>| async move {
-        let mut claimed = Vec::new();
-        for (digest, size) in page {
-            if jobs.blobs.db.claim_for_deletion(&digest, cutoff, now).await? {
-                claimed.push((digest, size));
-            }
-        }
-        Ok(claimed)
+        let claimed: Vec<Option<(Digest, u64)>> = futures::stream::iter(page)
+            .map(|(digest, size)| async move {
+                let won = jobs.blobs.db.claim_for_deletion(&digest, cutoff, now).await?;
+                Ok::<_, anyhow::Error>(won.then_some((digest, size)))
+            })
+            .buffer_unordered(AT_ONCE)
+            .try_collect()
+            .await?;
+        Ok(claimed.into_iter().flatten().collect())
     };
     let candidates =
         |after: Option<Digest>| async move { jobs.blobs.db.collectable(cutoff, after.as_ref(), PAGE).await };
@@ -139,11 +145,16 @@ where
         let page = list(after).await?;
         let full = page.len() as i64 == PAGE;
         let last = page.last().map(|(d, _)| *d);
-        for (digest, size) in keep(page).await? {
-            if delete_claimed(jobs, &digest).await? {
-                s.blobs_deleted += 1;
-                s.bytes_freed += size;
-            }
+        let deleted: Vec<Option<u64>> = futures::stream::iter(keep(page).await?)
+            .map(|(digest, size)| async move {
+                Ok::<_, anyhow::Error>(delete_claimed(jobs, &digest).await?.then_some(size))
+            })
+            .buffer_unordered(AT_ONCE)
+            .try_collect()
+            .await?;
+        for size in deleted.into_iter().flatten() {
+            s.blobs_deleted += 1;
+            s.bytes_freed += size;
         }
         match last {
             Some(last) if full => after = Some(last),
@@ -157,7 +168,6 @@ where
 /// claimed blob, so an upload of the same content takes the row back rather than racing the
 /// deletion. And raw copies of compacted blobs, whatever their age.
 async fn sweep_orphans(jobs: &Jobs, prefix: u8, cutoff: i64, now: i64, s: &mut RetentionSummary) -> anyhow::Result<()> {
-    use futures::TryStreamExt;
     let mut listed = jobs.blobs.store.list_prefix(prefix);
     let mut batch = Vec::with_capacity(PAGE as usize);
     loop {
@@ -257,7 +267,6 @@ async fn sweep_orphan_packs(
     now: i64,
     s: &mut RetentionSummary,
 ) -> anyhow::Result<()> {
-    use futures::TryStreamExt;
     let listed: Vec<(String, u64, i64)> = jobs.blobs.store.list_packs_prefix(prefix).try_collect().await?;
     let old: Vec<(String, u64)> =
         listed.into_iter().filter(|(_, _, written)| *written <= cutoff).map(|(id, size, _)| (id, size)).collect();
