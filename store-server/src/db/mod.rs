@@ -24,7 +24,7 @@ pub use chunks::{ChunkLoc, Compacted, NewPack, StorageStats};
 pub use damage::ScrubBlob;
 pub use error::{DbError, DbResult};
 pub use pool::{Backend, Db, GROUP_SECONDS, GROUP_WRITES};
-pub use search::{SearchOutput, MAX_SEARCH_OUTPUTS};
+pub use search::{SearchRef, MAX_SEARCH_OUTPUTS};
 pub use streams::{AppendOutcome, StreamRow};
 pub use tokens::{token_id, TokenInfo, TokenRow};
 pub use totals::Totals;

@@ -37,34 +37,91 @@ pub fn statements() -> Vec<Planned> {
     let digest = Text("00");
     let p = |name, sql: &str, binds, index| Planned { name, sql: sql.to_owned(), binds, index };
     vec![
-        p("retention: expired references", super::retention::EXPIRED_REFS, vec![Int(0), Int(500)], ("refs_expires", "refs_expires")),
+        p(
+            "retention: expired references",
+            super::retention::EXPIRED_REFS,
+            vec![Int(0), Int(500)],
+            ("refs_expires", "refs_expires"),
+        ),
         p(
             "retention: one page of the walk for blobs nobody references",
             super::retention::UNREFERENCED_WALK,
             vec![digest.clone(), Int(0), Int(500)],
             ("sqlite_autoindex_blobs_1", "blobs_pkey"),
         ),
-        p("retention: blobs past their grace", super::retention::COLLECTABLE, vec![Int(0), digest.clone(), Int(500)], ("blobs_in_grace", "blobs_in_grace")),
-        p("retention: deletions left half-done", super::retention::STALE_DELETIONS, vec![Int(0), digest.clone(), Int(500)], ("blobs_deleting", "blobs_deleting")),
-        p("retention: expired streams", super::retention::EXPIRED_STREAMS, vec![Int(0), Int(500)], ("streams_expires", "streams_expires")),
+        p(
+            "retention: blobs past their grace",
+            super::retention::COLLECTABLE,
+            vec![Int(0), digest.clone(), Int(500)],
+            ("blobs_in_grace", "blobs_in_grace"),
+        ),
+        p(
+            "retention: deletions left half-done",
+            super::retention::STALE_DELETIONS,
+            vec![Int(0), digest.clone(), Int(500)],
+            ("blobs_deleting", "blobs_deleting"),
+        ),
+        p(
+            "retention: expired streams",
+            super::retention::EXPIRED_STREAMS,
+            vec![Int(0), Int(500)],
+            ("streams_expires", "streams_expires"),
+        ),
         p(
             "retention: expired searches",
             "DELETE FROM search_snapshots WHERE expires_at <= $1",
             vec![Int(0)],
             ("search_snapshots_expires", "search_snapshots_expires"),
         ),
-        p("retention: packs noted for a check", super::chunks::PACK_CHECKS, vec![Text(""), Int(500)], ("sqlite_autoindex_pack_checks_1", "pack_checks_pkey")),
-        p("retention: pack deletions left half-done", super::chunks::STALE_PACK_DELETIONS, vec![Int(0), Int(500)], ("packs_deleting", "packs_deleting")),
-        p("compaction: blobs old enough", super::chunks::COMPACTABLE, vec![Int(0), Int(0), digest.clone(), Int(200)], ("blobs_compactable", "blobs_compactable")),
+        p(
+            "retention: packs noted for a check",
+            super::chunks::PACK_CHECKS,
+            vec![Text(""), Int(500)],
+            ("sqlite_autoindex_pack_checks_1", "pack_checks_pkey"),
+        ),
+        p(
+            "retention: pack deletions left half-done",
+            super::chunks::STALE_PACK_DELETIONS,
+            vec![Int(0), Int(500)],
+            ("packs_deleting", "packs_deleting"),
+        ),
+        p(
+            "compaction: blobs old enough",
+            super::chunks::COMPACTABLE,
+            vec![Int(0), Int(0), digest.clone(), Int(200)],
+            ("blobs_compactable", "blobs_compactable"),
+        ),
         p(
             "request: a namespace's references, newest first",
-            &format!("SELECT r.id FROM refs r WHERE r.namespace = $1 AND (r.pinned = 1 OR r.expires_at > $2) AND r.id < $3 ORDER BY r.id DESC LIMIT $4"),
+            "SELECT r.id FROM refs r WHERE r.namespace = $1 AND (r.pinned = 1 OR r.expires_at > $2) AND r.id < $3 \
+             ORDER BY r.id DESC LIMIT $4",
             vec![ns.clone(), Int(0), Int(i64::MAX), Int(100)],
             ("refs_ns_id", "refs_ns_id"),
         ),
         p(
+            "request: a page of a search's walk",
+            &format!("{} ORDER BY r.id DESC LIMIT $6", super::search::SEARCH_PAGE),
+            vec![ns.clone(), Int(0), Int(i64::MIN), Int(i64::MAX), Int(i64::MAX), Int(500)],
+            ("refs_ns_id", "refs_ns_id"),
+        ),
+        p(
+            "request: what a search has passed",
+            "SELECT digest FROM search_seen WHERE search = $1 AND digest IN ($2, $3)",
+            vec![Text("s"), Text("a"), Text("b")],
+            ("sqlite_autoindex_search_seen_1", "search_seen_pkey"),
+        ),
+        p(
+            "retention: what expired searches passed",
+            "DELETE FROM search_seen WHERE expires_at <= $1",
+            vec![Int(0)],
+            ("search_seen_expires", "search_seen_expires"),
+        ),
+        p(
             "request: a blob a namespace may read",
-            &format!("SELECT digest FROM blobs b WHERE {} AND b.digest = $3 AND b.state = 'live'", super::blobs::VISIBLE),
+            &format!(
+                "SELECT digest FROM blobs b WHERE {} AND b.digest = $3 AND b.state = 'live'",
+                super::blobs::VISIBLE
+            ),
             vec![ns, Int(0), digest],
             ("refs_digest_ns", "refs_digest_ns"),
         ),

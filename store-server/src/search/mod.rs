@@ -5,17 +5,24 @@
 //! engine, caps and shortening, newest output first, in bounded steps: one request works for
 //! about the search budget, on the heavy pool, then answers what it found and a cursor.
 //!
-//! **Exactly once.** The list of outputs and its order are fixed by the first request: the
-//! blobs the namespace references at that moment that pass the filters, each once, by its
-//! newest matching reference. When that request cannot finish, what is left of the list is
-//! kept in the database (`search_snapshots`, a day), so every later request — on any replica
-//! — walks the same list, whatever was uploaded, expired or deleted since. A cursor is the
-//! snapshot's id, the position in its list and the line to go on from, sealed with the
+//! **Exactly once, at the cost of the work.** The outputs and their order are fixed by the
+//! first request: the blobs the namespace references at that moment that pass the filters,
+//! each once, by its newest matching reference, newest first. No list is made: the walk goes
+//! down the namespace's references by id (the index `refs_ns_id`), from the newest one at the
+//! first request (the high-water mark: references made later are above it and never met), a
+//! page at a time, so that an answer costs its own page whatever the namespace holds. An
+//! output is searched at the first of its references the walk meets — its newest — and every
+//! output a request passes is recorded for the search (`search_seen`, a day) before the cursor
+//! that goes past it is handed out; a later reference of an output already passed is skipped,
+//! even when the reference it was searched by has been deleted since. A cursor is the search's
+//! id, its high-water mark, the reference to go on from (and the line, when it stopped inside
+//! that output), the outputs walked and the times the first request fixed, sealed with the
 //! replicas' key and bound to the namespace and the query (pattern, flags, labels, times,
-//! redaction): forged, foreign or for another query, it is `400`. An answer holds the matches
-//! of the outputs before the cursor and none after it, and within the output it stops in, the
-//! matches before its line and none from it; the next answer starts exactly there. An output
-//! whose references expired or were deleted meanwhile is skipped, never an error.
+//! redaction): forged, foreign or for another query, it is `400`; any replica goes on with it.
+//! An answer holds the matches of the outputs before the cursor and none after it, and within
+//! the output it stops in, the matches before its line and none from it; the next answer starts
+//! exactly there. An output whose references expired or were deleted meanwhile is skipped,
+//! never an error.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,7 +37,7 @@ use crate::auth::Caller;
 use crate::blobs::source::{visible, BlobSource};
 use crate::blobs::Blobs;
 use crate::config::Config;
-use crate::db::SearchOutput;
+use crate::db::MAX_SEARCH_OUTPUTS;
 use crate::error::{ApiError, ApiResult};
 use crate::http::cursor::Cursors;
 use crate::jobs::heavy::AbortOnDrop;
@@ -59,8 +66,16 @@ impl Search {
 /// Matches per answer when the query names no `max_matches`, and the most it may name.
 const DEFAULT_MATCHES: usize = 100;
 const MAX_MATCHES: usize = 1000;
-/// How long what is left of a search is kept for its cursor.
-const SNAPSHOT_TTL_MS: i64 = 24 * 3600 * 1000;
+/// How long what a search has passed is kept for its cursor.
+const SEEN_TTL_MS: i64 = 24 * 3600 * 1000;
+/// Most outputs one answer searches, and most references it reads to find them (pages of
+/// `WALK_PAGE`): an answer's database work is bounded whatever the namespace holds.
+const OUTPUTS_PER_ANSWER: usize = 2_000;
+const REFS_PER_ANSWER: usize = 20_000;
+const WALK_PAGE: i64 = 500;
+
+/// One output a search walks, with the labels of its newest matching reference.
+type SearchOutput = (spillway_api::Digest, spillway_api::Labels);
 /// The route a search cursor is sealed for.
 const CURSOR: &str = "search";
 
@@ -171,28 +186,50 @@ pub(crate) fn instant(name: &str, v: &str, now: i64) -> ApiResult<i64> {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).map_err(|_| bad())
 }
 
-/// Where a search goes on: the snapshot of its list (none before one is kept), the position
-/// in that list, the line in that output.
+/// Where a search goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Position {
-    snapshot: Option<[u8; 16]>,
-    index: usize,
+    /// The search's id, under which what it passed is kept.
+    search: [u8; 16],
+    /// The newest reference id at the first request: the walk never goes above it.
+    high: i64,
+    /// The walk goes on with references whose ids are at most this.
+    next: i64,
+    /// Above 1: the output of reference `next` was begun, and goes on at this line.
     line: u64,
+    /// Outputs walked so far.
+    walked: u64,
+    /// The creation times the first request fixed (`since`, `until`).
+    since: i64,
+    until: i64,
 }
 
 impl Position {
-    fn encode(&self, snapshot: [u8; 16]) -> Vec<u8> {
-        let mut out = snapshot.to_vec();
-        out.extend_from_slice(&(self.index as u64).to_be_bytes());
-        out.extend_from_slice(&self.line.to_be_bytes());
+    fn encode(&self) -> Vec<u8> {
+        let mut out = self.search.to_vec();
+        for v in [self.high, self.next, self.line as i64, self.walked as i64, self.since, self.until] {
+            out.extend_from_slice(&v.to_be_bytes());
+        }
         out
     }
 
     fn decode(raw: &[u8]) -> Option<Self> {
-        let (id, rest) = raw.split_first_chunk::<16>()?;
-        let (index, rest) = rest.split_first_chunk::<8>()?;
-        let line = u64::from_be_bytes(*<&[u8; 8]>::try_from(rest).ok()?);
-        Some(Self { snapshot: Some(*id), index: u64::from_be_bytes(*index) as usize, line })
+        let (search, mut rest) = raw.split_first_chunk::<16>()?;
+        let mut next = || {
+            let (v, tail) = rest.split_first_chunk::<8>()?;
+            rest = tail;
+            Some(i64::from_be_bytes(*v))
+        };
+        let p = Self {
+            search: *search,
+            high: next()?,
+            next: next()?,
+            line: u64::try_from(next()?).ok()?,
+            walked: u64::try_from(next()?).ok()?,
+            since: next()?,
+            until: next()?,
+        };
+        rest.is_empty().then_some(p)
     }
 }
 
@@ -206,23 +243,20 @@ pub async fn search(search: &Search, caller: &Caller, ask: SearchAsk) -> ApiResu
     let redact = caller.redacts(ask.redact);
     let fingerprint = ask.fingerprint(redact);
     let now = search.blobs.now();
-    let (outputs, start) = match &ask.cursor {
+    let (pos, first) = match &ask.cursor {
         Some(cursor) => {
             let raw = search.cursors.open(CURSOR, &caller.namespace, &fingerprint, cursor)?;
-            let pos = Position::decode(&raw).ok_or_else(|| ApiError::InvalidArgument("invalid cursor".into()))?;
-            let id = hex::encode(pos.snapshot.unwrap_or_default());
-            let outputs = search.blobs.db.load_search(&id, &caller.namespace, now).await?.ok_or_else(|| {
-                ApiError::InvalidArgument("this search's cursor has expired (they are kept a day): search again".into())
-            })?;
-            (outputs, pos)
+            (Position::decode(&raw).ok_or_else(|| ApiError::InvalidArgument("invalid cursor".into()))?, false)
         }
         None => {
             let since = ask.since.as_deref().map(|v| instant("since", v, now)).transpose()?.unwrap_or(i64::MIN);
             let until = ask.until.as_deref().map(|v| instant("until", v, now)).transpose()?.unwrap_or(i64::MAX);
-            let outputs = search.blobs.db.search_outputs(&caller.namespace, &ask.labels, since, until, now).await?;
-            (outputs, Position { snapshot: None, index: 0, line: 1 })
+            let high = search.blobs.db.search_high_water(&caller.namespace).await?;
+            let pos = Position { search: rand::random(), high, next: high, line: 1, walked: 0, since, until };
+            (pos, true)
         }
     };
+    let walk = walk(search, caller, &ask, &pos, first, now).await?;
     let scan = Scan {
         blobs: search.blobs.clone(),
         parallel: search.parallel,
@@ -234,38 +268,97 @@ pub async fn search(search: &Search, caller: &Caller, ask: SearchAsk) -> ApiResu
         deadline: Instant::now() + search.budget,
         redact: redact.then(|| search.blobs.redactor.clone()),
     };
+    let outputs = walk.outputs;
+    let start_line = if walk.resumes { pos.line } else { 1 };
     let (mut resp, stop, outputs) = search
         .blobs
         .heavy
         .run(async move {
-            let (resp, stop) = Arc::new(scan).run(&outputs, start).await?;
+            let (resp, stop) = Arc::new(scan).run(&outputs, start_line).await?;
             Ok((resp, stop, outputs))
         })
         .await?;
-    if let Some(mut stop) = stop {
-        let snapshot = match start.snapshot {
-            Some(id) => id,
-            None => {
-                // The first request could not finish: keep what is left of its list.
-                let id: [u8; 16] = rand::random();
-                search
-                    .blobs
-                    .db
-                    .save_search(
-                        &hex::encode(id),
-                        &caller.namespace,
-                        &outputs[stop.index..],
-                        now,
-                        now + SNAPSHOT_TTL_MS,
-                    )
-                    .await?;
-                stop.index = 0;
-                id
-            }
-        };
-        resp.next_cursor = Some(search.cursors.seal(CURSOR, &caller.namespace, &fingerprint, &stop.encode(snapshot)));
+    // Where the next answer starts, and the outputs this one passed (the one it stopped inside
+    // included: begun, it is not to be begun again by another reference).
+    let (next, passed) = match stop {
+        Some((index, line)) => {
+            let begun = usize::from(line > 1);
+            (Some((walk.ref_ids[index], line)), &outputs[..index + begun])
+        }
+        None if walk.more => (Some((walk.below, 1)), &outputs[..]),
+        None => (None, &outputs[..]),
+    };
+    if let Some((next, line)) = next {
+        let id = hex::encode(pos.search);
+        let digests: Vec<_> = passed.iter().map(|(d, _)| *d).collect();
+        search.blobs.db.mark_search_seen(&id, &digests, now + SEEN_TTL_MS).await?;
+        let walked = pos.walked + passed.len() as u64;
+        let pos = Position { next, line, walked, ..pos };
+        resp.next_cursor = Some(search.cursors.seal(CURSOR, &caller.namespace, &fingerprint, &pos.encode()));
     }
     Ok(resp)
+}
+
+/// The outputs one answer searches, in order, each with the reference it is searched by.
+struct Walk {
+    outputs: Vec<SearchOutput>,
+    ref_ids: Vec<i64>,
+    /// The first output goes on from the cursor's line (its reference is the cursor's).
+    resumes: bool,
+    /// References below `below` are left to walk.
+    more: bool,
+    below: i64,
+}
+
+/// Reads the next outputs of the walk from `pos`: the references at most `pos.next`, newest
+/// first, each output at the first reference of it met — unless the search passed it already
+/// (this answer, or an earlier one: `search_seen`) — up to `OUTPUTS_PER_ANSWER` outputs and
+/// `REFS_PER_ANSWER` references, and no more than `MAX_SEARCH_OUTPUTS` in all.
+async fn walk(
+    search: &Search,
+    caller: &Caller,
+    ask: &SearchAsk,
+    pos: &Position,
+    first: bool,
+    now: i64,
+) -> ApiResult<Walk> {
+    let id = hex::encode(pos.search);
+    let db = &search.blobs.db;
+    let left = (MAX_SEARCH_OUTPUTS as u64).saturating_sub(pos.walked) as usize;
+    let wanted = OUTPUTS_PER_ANSWER.min(left);
+    let mut w = Walk { outputs: Vec::new(), ref_ids: Vec::new(), resumes: false, more: left > 0, below: pos.next };
+    let mut met = std::collections::HashSet::new();
+    let mut read = 0;
+    while w.outputs.len() < wanted && read < REFS_PER_ANSWER {
+        let from = w.below.min(pos.high);
+        let page = db.search_page(&caller.namespace, &ask.labels, pos.since, pos.until, now, from, WALK_PAGE).await?;
+        let seen = if first {
+            Default::default()
+        } else {
+            db.search_seen(&id, &page.iter().map(|r| r.digest).collect::<Vec<_>>()).await?
+        };
+        w.more = page.len() as i64 == WALK_PAGE;
+        for (k, r) in page.iter().enumerate() {
+            read += 1;
+            w.below = r.id - 1;
+            let resumes = w.outputs.is_empty() && r.id == pos.next && pos.line > 1;
+            if resumes || (!seen.contains(&r.digest) && !met.contains(&r.digest)) {
+                met.insert(r.digest);
+                w.resumes |= resumes;
+                w.outputs.push((r.digest, r.labels.clone()));
+                w.ref_ids.push(r.id);
+            }
+            if w.outputs.len() == wanted {
+                w.more |= k + 1 < page.len();
+                break;
+            }
+        }
+        if !w.more {
+            break;
+        }
+    }
+    w.more &= (pos.walked as usize + w.outputs.len()) < MAX_SEARCH_OUTPUTS;
+    Ok(w)
 }
 
 /// One request's scan.
@@ -379,8 +472,8 @@ impl Scan {
     async fn run(
         self: Arc<Self>,
         outputs: &[SearchOutput],
-        start: Position,
-    ) -> ApiResult<(SearchResponse, Option<Position>)> {
+        start_line: u64,
+    ) -> ApiResult<(SearchResponse, Option<(usize, u64)>)> {
         let mut resp = SearchResponse {
             matches: Vec::new(),
             outputs_scanned: 0,
@@ -389,20 +482,20 @@ impl Scan {
             next_cursor: None,
             redactions: self.redact.as_ref().map(|_| 0),
         };
-        let at = |index, line| Some(Position { snapshot: start.snapshot, index, line });
+        let at = |index, line| Some((index, line));
         let parallel = self.parallel.max(2);
-        let scans = futures::stream::iter(start.index..outputs.len()).map(|index| {
+        let scans = futures::stream::iter(0..outputs.len()).map(|index| {
             let (scan, digest) = (self.clone(), outputs[index].0);
-            let line = if index == start.index { start.line } else { 1 };
+            let line = if index == 0 { start_line } else { 1 };
             if line == 1 {
                 scan.fetch_first_window(outputs.get(index + parallel));
             }
-            let task = tokio::spawn(async move { scan.output(&digest, line, index == start.index).await });
+            let task = tokio::spawn(async move { scan.output(&digest, line, index == 0).await });
             async move { AbortOnDrop(task).await.map_err(ApiError::internal)? }
         });
         let mut scans = std::pin::pin!(scans.buffered(parallel));
         let mut text_left = READ_CAP;
-        let mut index = start.index;
+        let mut index = 0;
         while let Some(scanned) = scans.next().await {
             let (digest, labels) = &outputs[index];
             let found = match scanned? {

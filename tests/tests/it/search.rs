@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 use spillway_api::SearchMatch;
 use spillway_client::{SearchRequest, StoreClient, UploadOptions};
@@ -176,6 +177,61 @@ async fn a_walk_skips_what_is_deleted_on(threads: usize) {
     assert_eq!(order, want, "the first request's outputs, in its order, the deleted ones skipped");
     assert_eq!(seen.len(), want.len() * 10, "every match of every output left");
     assert!(!deleted.is_empty(), "the walk did delete some outputs ahead of it");
+    srv.stop().await;
+}
+
+/// An output is searched once even when the reference it was searched by goes before the walk
+/// reaches an older reference of it: pinned (a newer reference), searched by the pin, then
+/// unpinned, its older reference still live further down the walk.
+#[tokio::test]
+async fn an_output_searched_by_a_reference_since_removed_is_not_searched_again() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    let twice = c.put(Bytes::from("hit twice-referenced\n"), &UploadOptions::default()).await.unwrap().digest;
+    for i in 0..40 {
+        c.put(Bytes::from(format!("hit filler {i}\n")), &UploadOptions::default()).await.unwrap();
+    }
+    c.pin(twice, Some("evidence")).await.unwrap(); // a newer reference: searched by this one
+    let mut s = find("^hit");
+    s.max_matches = Some(5);
+    let mut lines = Vec::new();
+    let mut page = 0;
+    loop {
+        let found = c.search(&s).await.unwrap();
+        lines.extend(found.matches.iter().map(|m| m.found.text.clone()));
+        if page == 0 {
+            assert_eq!(found.matches[0].digest, twice.to_string(), "searched first, by its pin");
+            c.unpin(twice).await.unwrap(); // its older reference is still there, further down
+        }
+        page += 1;
+        match found.next_cursor {
+            Some(cur) => s.cursor = Some(cur),
+            None => break,
+        }
+    }
+    assert_eq!(lines.iter().filter(|l| l.contains("twice")).count(), 1, "{lines:?}");
+    assert_eq!(lines.len(), 41, "every output once");
+    srv.stop().await;
+}
+
+/// An answer's work is bounded whatever the namespace holds: with a budget that never runs
+/// out, the first answer of a search of 2,100 outputs searches 2,000 of them and hands out a
+/// cursor, and the next one the last 100.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_searches_a_bounded_part_of_a_large_namespace() {
+    let srv = TestServer::start_with(|c| c.search_budget = std::time::Duration::from_secs(600)).await;
+    let c = srv.client();
+    let puts = (0..2_100).map(|i| {
+        let c = c.clone();
+        async move { c.put(Bytes::from(format!("line {i}\n")), &UploadOptions::default()).await.unwrap() }
+    });
+    futures::stream::iter(puts).buffer_unordered(16).collect::<Vec<_>>().await;
+    let mut s = find("found nowhere");
+    let first = c.search(&s).await.unwrap();
+    assert_eq!(first.outputs_scanned, 2_000, "one bounded part");
+    s.cursor = Some(first.next_cursor.expect("a cursor for the rest"));
+    let rest = c.search(&s).await.unwrap();
+    assert_eq!((rest.outputs_scanned, rest.next_cursor), (100, None));
     srv.stop().await;
 }
 
