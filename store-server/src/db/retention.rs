@@ -389,14 +389,7 @@ impl Db {
 async fn mark_all(c: &mut AnyConnection, digests: &[String], now: i64) -> DbResult<u64> {
     let mut marked = 0;
     for batch in digests.chunks(PAGE as usize) {
-        let sql = format!(
-            "UPDATE blobs SET unreferenced_since = COALESCE( \
-                 (SELECT MAX(r.expires_at) FROM refs r WHERE r.digest = blobs.digest), $1) \
-             WHERE digest IN ({}) AND state = 'live' AND unreferenced_since IS NULL \
-             AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = blobs.digest \
-                             AND (r.pinned = 1 OR r.expires_at > $1))",
-            marks(2, batch.len())
-        );
+        let sql = mark_all_sql(batch.len());
         let q = sqlx::query(&sql).bind(now);
         marked += bind_all(q, batch).execute(&mut *c).await?.rows_affected();
     }
@@ -418,6 +411,21 @@ impl<'q, O> Bindable<'q> for sqlx::query::QueryScalar<'q, sqlx::Any, O, sqlx::an
     fn bind_str(self, v: &'q str) -> Self {
         self.bind(v)
     }
+}
+
+/// The marking statement of [`mark_all`] for `n` digests (`$2`…), `now` in `$1`. The rows are
+/// found by their keys: the `+` keeps SQLite off `blobs_unreferenced`, whose entries for
+/// `unreferenced_since IS NULL` are every live blob out of grace (it took 0.9 s a page at
+/// 1 M outputs through that index, 20 ms by the keys).
+pub(super) fn mark_all_sql(n: usize) -> String {
+    format!(
+        "UPDATE blobs SET unreferenced_since = COALESCE( \
+             (SELECT MAX(r.expires_at) FROM refs r WHERE r.digest = blobs.digest), $1) \
+         WHERE digest IN ({}) AND state = 'live' AND +unreferenced_since IS NULL \
+         AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = blobs.digest \
+                         AND (r.pinned = 1 OR r.expires_at > $1))",
+        marks(2, n)
+    )
 }
 
 /// `$from, $from+1, …`: `n` placeholders.
