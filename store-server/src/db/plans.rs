@@ -50,6 +50,12 @@ pub fn statements() -> Vec<Planned> {
             ("sqlite_autoindex_blobs_1", "blobs_pkey"),
         ),
         p(
+            "retention: the grace of blobs a page of expired references leaves",
+            &super::retention::mark_all_sql(2),
+            vec![Int(0), digest.clone(), Text("01")],
+            ("sqlite_autoindex_blobs_1", "blobs_pkey"),
+        ),
+        p(
             "retention: blobs past their grace",
             super::retention::COLLECTABLE,
             vec![Int(0), digest.clone(), Int(500)],
