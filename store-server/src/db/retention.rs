@@ -54,13 +54,16 @@ use super::pool::{Backend, Db};
 
 /// Rows a retention statement takes at a time.
 const PAGE: i64 = 500;
-/// The walk of `mark_unreferenced_page`: live blobs out of grace after `$1`, in digest order,
-/// each with whether no live reference (as of `$2`) points to it. The `+` keeps SQLite on the
-/// key's order: by `blobs_unreferenced` it would sort every blob out of grace for each page.
-pub(super) const UNREFERENCED_WALK: &str = "SELECT b.digest, CASE WHEN EXISTS (SELECT 1 FROM refs r WHERE r.digest = b.digest \
-                                 AND (r.pinned = 1 OR r.expires_at > $2)) THEN 0 ELSE 1 END AS unreferenced FROM blobs b \
-                                 WHERE b.digest > $1 AND b.state = 'live' AND +b.unreferenced_since IS NULL \
-                                 ORDER BY b.digest LIMIT $3";
+/// The walk of `mark_unreferenced_page`: the `$3` blobs after `$1` in digest order, each with
+/// whether it is live, out of grace and referenced by nothing live at `$2`. Nothing but the
+/// key's range in the `WHERE`, so that every planner walks the primary key a page at a time: with
+/// the state and grace terms there, PostgreSQL at 100 k blobs estimated 4 rows and chose a
+/// parallel scan of the whole table and a sort (70 ms a page; SQLite, without a `+`, sorted
+/// every blob out of grace by `blobs_unreferenced`).
+pub(super) const UNREFERENCED_WALK: &str =
+    "SELECT b.digest, CASE WHEN b.state = 'live' AND b.unreferenced_since IS NULL \
+     AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.digest = b.digest AND (r.pinned = 1 OR r.expires_at > $2)) \
+     THEN 1 ELSE 0 END AS unreferenced FROM blobs b WHERE b.digest > $1 ORDER BY b.digest LIMIT $3";
 /// Expired, unpinned references, the earliest expiry first: a range of `refs_expires` (pinned
 /// references have no expiry and are not in it).
 pub(super) const EXPIRED_REFS: &str =
