@@ -9,7 +9,7 @@ use sqlx::Row;
 use super::error::DbResult;
 use super::pool::{digest_at, label_conditions, labels_at, Db};
 
-/// Most references one search walks: the newest this many that pass its filters.
+/// Most outputs one search walks: the newest this many that pass its filters.
 pub const MAX_SEARCH_OUTPUTS: usize = 100_000;
 
 /// One page of a search's walk (`Db::search_page`): a namespace's live references with ids at

@@ -43,7 +43,7 @@ impl Db {
     }
 
     /// The kept sums and the same sums counted from every row, read from one snapshot: equal
-    /// unless the invariant broke. For tests, and for an operator who doubts them; never on a
+    /// unless the invariant broke. For the tests (every test server asks at its stop); never on a
     /// timer (it reads every row).
     pub async fn totals_and_count(&self) -> DbResult<(Totals, Totals)> {
         let mut tx = self.pool.begin().await?;

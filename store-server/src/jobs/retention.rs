@@ -41,7 +41,7 @@ pub async fn run_retention_once(jobs: &Jobs, dry_run: bool) -> anyhow::Result<Re
     s.references_expired = in_pages(|| jobs.blobs.db.expire_refs(now, PAGE)).await?;
     mark_a_page(jobs, now).await?;
     s.streams_expired = in_pages(|| jobs.blobs.db.expire_streams(now, PAGE, false)).await?;
-    // Searches whose cursors are a day old: their lists of outputs go (never the outputs).
+    // Searches whose cursors are a day old: what they passed goes (never the outputs).
     jobs.blobs.db.delete_expired_searches(now).await?;
     // Claimed first (`live` → `deleting`, which an upload's reference prevents), then deleted.
     let collect = |page: Vec<(Digest, u64)>| async move {
