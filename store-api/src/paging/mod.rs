@@ -6,9 +6,11 @@ pub mod cut;
 mod grep;
 pub mod lines;
 mod redacted;
+mod tail;
 
 pub use grep::{compile_pattern, grep, grep_until, marks_in_match, GrepEnd, GrepRequest, MAX_CONTEXT, MAX_PATTERN};
 pub use redacted::{block_secrets, byte_page_redacted, kept_spans, line_page_redacted, SECRET_BLOCK};
+pub use tail::{tail_page, tail_start, MAX_TAIL_LINES};
 
 use async_trait::async_trait;
 use bytes::Bytes;

@@ -69,6 +69,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/streams/{id}/append", post(streams::append_stream))
         .route("/v1/streams/{id}/read", get(streams::read_stream))
         .route("/v1/streams/{id}/grep", get(streams::grep_stream))
+        .route("/v1/streams/{id}/bytes", get(streams::stream_bytes))
         .route("/v1/streams/{id}/seal", post(streams::seal_stream).layer(DefaultBodyLimit::max(SMALL_BODY)))
         .fallback(not_found);
     Router::new()

@@ -30,6 +30,7 @@ use utoipa::OpenApi;
         super::streams::append_stream,
         super::streams::read_stream,
         super::streams::grep_stream,
+        super::streams::stream_bytes,
         super::streams::seal_stream,
     ),
     components(schemas(spillway_api::ErrorBody, spillway_api::ErrorCode, spillway_api::ErrorDetail))
@@ -91,7 +92,7 @@ fn errors_of(method: &str, path: &str) -> Vec<(u16, &'static str)> {
         ("get", "/v1/blobs/{digest}") => {
             out.push((416, "Range outside the blob (`range_not_satisfiable`)."));
         }
-        ("get", p) if p.ends_with("/read") => {
+        ("get", p) if p.ends_with("/read") || p.ends_with("/bytes") => {
             out.push((416, "Offset or line past the end (`range_not_satisfiable`)."));
         }
         ("get", p) if p.ends_with("/grep") || p == "/v1/search" => {

@@ -78,6 +78,10 @@ pub(crate) struct ReadQuery {
     line: Option<u64>,
     /// Lines in a line page (default 2000).
     lines: Option<u64>,
+    /// The last N lines (1 to 1,000,000) as a line page, `start_line` saying where they
+    /// start; when N lines do not fit 100,000 bytes, the last ones that do. Not with `line`,
+    /// `lines`, `offset` or `limit`.
+    tail_lines: Option<u64>,
     /// Streams only: long-poll this many milliseconds (≤ 30000) for data.
     wait_ms: Option<u64>,
     /// Show secrets as marks (`redactions` counts them); always, for a redacted token.
@@ -103,6 +107,11 @@ impl ReadQuery {
         }
     }
 
+    /// `tail_lines`, when the read asks for the last lines.
+    pub(crate) fn tail_lines(&self) -> Option<u64> {
+        self.tail_lines
+    }
+
     pub(crate) fn wait_ms(&self) -> Option<u64> {
         self.wait_ms
     }
@@ -120,6 +129,14 @@ impl ReadQuery {
         if self.line == Some(0) || self.lines == Some(0) {
             return Err(ApiError::InvalidArgument("line and lines start at 1".into()));
         }
+        if let Some(n) = self.tail_lines {
+            if self.offset.or(self.limit).or(self.line).or(self.lines).is_some() {
+                return Err(ApiError::InvalidArgument("tail_lines is not taken with line, lines, offset or limit".into()));
+            }
+            if !(1..=page::MAX_TAIL_LINES).contains(&n) {
+                return Err(ApiError::InvalidArgument(format!("tail_lines must be 1 to {}", page::MAX_TAIL_LINES)));
+            }
+        }
         Ok(())
     }
 }
@@ -133,6 +150,17 @@ pub(crate) async fn page_of<E>(
 where
     E: SourceError + Into<ApiError>,
 {
+    if let Some(n) = q.tail_lines {
+        // The last lines are a line page from the line `tail_start` finds.
+        let line = page::tail_start(src, n).await?;
+        let lines = (src.total_lines() + 1 - line).max(1);
+        let page = match redact {
+            None => page::line_page(src, line, lines).await?,
+            Some(d) => page::line_page_redacted(src, line, lines, d).await?,
+        };
+        count_page(&page);
+        return Ok(page);
+    }
     let page = match (q.page(), redact) {
         (PageAsk::Lines { line, lines }, None) => page::line_page(src, line, lines).await?,
         (PageAsk::Lines { line, lines }, Some(d)) => page::line_page_redacted(src, line, lines, d).await?,

@@ -31,6 +31,11 @@ pub(super) async fn read_blob(
     // wait_ms is accepted and has nothing to wait for: a blob is complete.
     let row = visible(&state.blobs, &caller.namespace, &d).await?;
     let redact = caller.redacts(q.redact()).then_some(&*state.blobs.redactor);
+    if q.tail_lines().is_some() {
+        // The last lines: found from the end of the blob (its last 100 KB), then a line page.
+        let src = BlobSource::new(&state.blobs, &row)?;
+        return Ok(PageJson(page_of(&src, &q, redact).await?).into_response());
+    }
     if redact.is_some() {
         // A page no secret overlaps is the plain page, and a page with secrets that page
         // with marks: from the text cache, as fast.
@@ -89,7 +94,7 @@ pub(crate) async fn read_before_router<B>(
     let d = parse_digest(raw).ok()?;
     let axum::extract::Query(q) = axum::extract::Query::<ReadQuery>::try_from_uri(req.uri()).ok()?;
     q.check().ok()?;
-    if caller.redacts(q.redact()) {
+    if caller.redacts(q.redact()) || q.tail_lines().is_some() {
         return None;
     }
     let row = crate::blobs::source::visible_cached(&state.blobs, &caller.namespace, &d)?;

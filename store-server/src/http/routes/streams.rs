@@ -23,7 +23,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::http::json::PageJson;
 use crate::state::AppState;
 use crate::streams;
-use spillway_api::paging;
+use spillway_api::paging::{self, Source};
 
 /// An append's body is stored in pieces of this size (an append of any size is taken).
 const APPEND_PIECE: usize = 4 << 20;
@@ -169,6 +169,57 @@ pub(super) async fn read_stream(
         page.digest = Some(digest.to_string());
     }
     Ok(PageJson(page))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct BytesQuery {
+    /// First byte (default 0).
+    offset: Option<u64>,
+    /// Most bytes (default and maximum 4 MiB).
+    limit: Option<u64>,
+}
+
+/// `GET /v1/streams/{id}/bytes`: the raw bytes written so far from `offset` (at most `limit`),
+/// for a reader that processes them (`spillway exec --stdin <stream>`) rather than shows them.
+/// `x-spillway-stream-size` says how much was written when they were read; bytes once written
+/// never change, so a reader walks to that size in as many calls as it takes.
+#[utoipa::path(get, path = "/v1/streams/{id}/bytes", params(("id" = String, Path), BytesQuery),
+    responses((status = 200, description = "The bytes (`application/octet-stream`); `x-spillway-stream-size`: \
+        the stream's size when they were read."), (status = 416, body = spillway_api::ErrorBody)))]
+pub(super) async fn stream_bytes(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Q(q): Q<BytesQuery>,
+) -> ApiResult<Response> {
+    caller.require(Scope::Read)?;
+    let id = stream_id(&id)?;
+    let limit = match q.limit {
+        None => APPEND_PIECE as u64,
+        Some(l @ 1..=0x40_0000) => l,
+        Some(_) => return Err(ApiError::InvalidArgument(format!("limit must be 1 to {APPEND_PIECE}"))),
+    };
+    let offset = q.offset.unwrap_or(0);
+    let row = streams::find(&state.streams, &caller.namespace, &id).await?;
+    let state_name = row.state;
+    let ((size, data), _) = streams::read_content(&state.streams, &caller.namespace, row, |src| {
+        Box::pin(async move {
+            let size = src.size();
+            if offset > size {
+                let message = format!("offset {offset} is past the end ({size} bytes)");
+                return Err(ApiError::RangeNotSatisfiable { message, size: Some(size) });
+            }
+            Ok((size, src.read(offset, size.min(offset.saturating_add(limit))).await?))
+        })
+    })
+    .await?;
+    let headers = [
+        (axum::http::header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+        (axum::http::HeaderName::from_static("x-spillway-stream-size"), size.to_string()),
+        (axum::http::HeaderName::from_static("x-spillway-stream-state"), state_name.as_str().to_owned()),
+    ];
+    Ok((headers, data).into_response())
 }
 
 /// `GET /v1/streams/{id}/grep`: grep over what is written so far (the blob, once sealed),
