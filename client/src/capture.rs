@@ -17,6 +17,7 @@ use spillway_api::{SaveError, SaveFailure};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
+use crate::input::{Fed, Input};
 use crate::receipt::{self, Readers, Saved};
 use crate::spill::{Deadline, SpillTarget, SpillWriter, DEFAULT_SAVE_DEADLINE};
 use crate::truncate::{self, Redaction, Sample, Strategy, DEFAULT_CAP};
@@ -329,6 +330,21 @@ fn run_labels(cmd: &std::process::Command) -> [(String, String); 2] {
     [("run".into(), run), ("cmd".into(), text)]
 }
 
+/// Feeds `input` (if any) to the command's stdin, closed once it is all written — unless its
+/// bytes failed their check: then the command's group is stopped first, so that it never
+/// answers over bytes that were not the output.
+async fn feed(input: Option<Input>, pipe: Option<tokio::process::ChildStdin>, pgid: i32) -> Result<Fed> {
+    let (Some(input), Some(mut pipe)) = (input, pipe) else {
+        return Ok(Fed::All);
+    };
+    widen_pipe(&pipe);
+    let fed = input.feed(&mut pipe).await;
+    if fed.is_err() {
+        signal_group(pgid, libc::SIGKILL);
+    }
+    fed
+}
+
 async fn not_started(program: &str, e: &std::io::Error, opts: &ExecOptions) -> Result<ExecResult> {
     let exit_code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
     let message = format!("spillway: {program}: {e}\n");
@@ -347,11 +363,23 @@ async fn not_started(program: &str, e: &std::io::Error, opts: &ExecOptions) -> R
 /// Both streams' spills are labelled, beside the caller's labels, `run=<id>` (the same id on
 /// both, so a run's stdout and stderr pair up) and `cmd=<the command line>`, its secrets
 /// marked and cut to 200 bytes (api.md v1.3), so that `refs` and the viewer tell what made them.
-pub async fn exec(mut cmd: Command, opts: &ExecOptions) -> Result<ExecResult> {
+pub async fn exec(cmd: Command, opts: &ExecOptions) -> Result<ExecResult> {
+    exec_with_input(cmd, opts, None).await
+}
+
+/// [`exec`], the command's stdin fed from a saved output ([`Input`], opened — and refused —
+/// before this is called). Memory stays at a chunk whatever its size; a command that stops
+/// reading early (`head`) ends the feed cleanly. Bytes that fail their digest make this an
+/// error, the command stopped before it saw the end of its input.
+pub async fn exec_with_input(mut cmd: Command, opts: &ExecOptions, input: Option<Input>) -> Result<ExecResult> {
     let mut labelled = opts.clone();
     labelled.labels.extend(run_labels(cmd.as_std()));
     let opts = &labelled;
-    let stdin = if opts.inherit_stdin { Stdio::inherit() } else { Stdio::null() };
+    let stdin = match (&input, opts.inherit_stdin) {
+        (Some(_), _) => Stdio::piped(),
+        (None, true) => Stdio::inherit(),
+        (None, false) => Stdio::null(),
+    };
     cmd.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
     let program = cmd.as_std().get_program().to_string_lossy().into_owned();
     let mut child = match cmd.spawn() {
@@ -364,6 +392,7 @@ pub async fn exec(mut cmd: Command, opts: &ExecOptions) -> Result<ExecResult> {
     let err = child.stderr.take().expect("piped stderr");
     widen_pipe(&out);
     widen_pipe(&err);
+    let feed = feed(input, child.stdin.take(), pgid);
     let timed_out = std::sync::atomic::AtomicBool::new(false);
     let stopper = async {
         let timeout = async {
@@ -382,15 +411,17 @@ pub async fn exec(mut cmd: Command, opts: &ExecOptions) -> Result<ExecResult> {
         std::future::pending::<std::convert::Infallible>().await
     };
     let run = async {
-        let (stdout, stderr) = tokio::join!(capture(out, opts, "stdout"), capture(err, opts, "stderr"));
-        (stdout, stderr, child.wait().await)
+        let (stdout, stderr, fed) =
+            tokio::join!(capture(out, opts, "stdout"), capture(err, opts, "stderr"), feed);
+        (stdout, stderr, fed, child.wait().await)
     };
-    let (stdout, stderr, status) = tokio::select! {
+    let (stdout, stderr, fed, status) = tokio::select! {
         r = run => r,
         never = stopper => match never {},
     };
     let status = status?;
     guard.armed = false;
+    fed?;
     use std::os::unix::process::ExitStatusExt;
     Ok(ExecResult {
         exit_code: status.code(),

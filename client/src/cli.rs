@@ -108,7 +108,8 @@ pub(crate) struct RefArgs {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Run a command the way an agent's shell tool would; print its receipts.
-    #[command(after_help = "Example:\n  spillway exec --timeout 600 --label session=s-42 -- cargo test\n\n\
+    #[command(after_help = "Example:\n  spillway exec --timeout 600 --label session=s-42 -- cargo test\n  \
+        spillway exec --stdin blake3:9f2c… -- jq -c 'select(.status == 500)'\n\n\
         Prints {\"exit_code\", \"signal\", \"timed_out\"?, \"stdout\": <receipt>, \"stderr\": <receipt>}.")]
     Exec {
         /// Bytes of each stream the model may see.
@@ -128,6 +129,11 @@ enum Cmd {
         /// make && deploy` deploys only after a build that passed.
         #[arg(long)]
         exit_code: bool,
+        /// Feed the command a saved output on its stdin: a digest (checked as it streams; the
+        /// command never sees the end of bytes that fail it), or a background task's stream id
+        /// (as written so far). Refused before the command starts when this token cannot read it.
+        #[arg(long, value_name = "REF")]
+        stdin: Option<String>,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
@@ -154,7 +160,8 @@ enum Cmd {
         local: LocalArg,
     },
     /// One capped page of a blob (at most 100,000 bytes), as JSON.
-    #[command(after_help = "Example:\n  spillway read blake3:9f2c… --line 1201 --lines 2000\n\n\
+    #[command(after_help = "Example:\n  spillway read blake3:9f2c… --line 1201 --lines 2000\n  \
+        spillway read blake3:9f2c… --tail-lines 50\n\n\
         Continue with the page's next_line when it has one, else with next_offset.")]
     Read {
         /// `blake3:…`, `sha256:…` or 64 hex digits (BLAKE3).
@@ -171,6 +178,9 @@ enum Cmd {
         /// Lines per page [default: 2000].
         #[arg(long)]
         lines: Option<u64>,
+        /// The last N lines (as many of them as fit a page), numbered as a line page.
+        #[arg(long, value_name = "N", conflicts_with_all = ["offset", "limit", "line", "lines"])]
+        tail_lines: Option<u64>,
         #[command(flatten)]
         local: LocalArg,
         #[command(flatten)]
@@ -433,12 +443,13 @@ fn describe(e: &ClientError, cli: &Cli) -> String {
 
 async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
     match cmd {
-        Cmd::Exec { limit, timeout, refs, cmd, redaction, exit_code, .. } => {
+        Cmd::Exec { limit, timeout, refs, cmd, redaction, exit_code, stdin, .. } => {
             let how = ExecHow {
                 limit: *limit,
                 timeout: seconds(*timeout)?,
                 redaction: conn.redaction(redaction.no_redact),
                 exit_code: *exit_code,
+                stdin: stdin.clone(),
             };
             return exec(conn, how, refs, cmd).await;
         }
@@ -446,8 +457,10 @@ async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
         Cmd::Get { digest, output, .. } => {
             transfer::get(&conn.reader()?, &parse_digest(digest)?, output.as_deref()).await?
         }
-        Cmd::Read { digest, offset, limit, line, lines, redaction, text, .. } => {
-            let req = if line.is_some() || lines.is_some() {
+        Cmd::Read { digest, offset, limit, line, lines, tail_lines, redaction, text, .. } => {
+            let req = if let Some(n) = tail_lines {
+                ReadRequest::Tail { lines: *n }
+            } else if line.is_some() || lines.is_some() {
                 ReadRequest::Lines { line: line.unwrap_or(1), lines: *lines }
             } else {
                 ReadRequest::Bytes { offset: offset.unwrap_or(0), limit: *limit }
@@ -554,9 +567,16 @@ struct ExecHow {
     redaction: Redaction,
     /// Exit with the command's status (`--exit-code`).
     exit_code: bool,
+    /// A saved output for the command's stdin (`--stdin`).
+    stdin: Option<String>,
 }
 
 async fn exec(conn: &Conn, how: ExecHow, refs: &RefArgs, cmd: &[String]) -> Result<ExitCode> {
+    // Opened first: a reference this token cannot read is refused before the command starts.
+    let input = match &how.stdin {
+        Some(r) => Some(crate::input::Input::open(&conn.reader()?, r).await?),
+        None => None,
+    };
     if let Some(warning) = conn.local_spill_warning() {
         eprintln!("spillway: warning: {warning}");
     }
@@ -570,7 +590,7 @@ async fn exec(conn: &Conn, how: ExecHow, refs: &RefArgs, cmd: &[String]) -> Resu
     let mut c = tokio::process::Command::new(&cmd[0]);
     c.args(&cmd[1..]);
     let terminated = termination();
-    let run = capture::exec(c, &opts);
+    let run = capture::exec_with_input(c, &opts, input);
     tokio::pin!(run);
     // Terminated ourselves: stop the command's group first, then answer as usual.
     let result = tokio::select! {

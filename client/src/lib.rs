@@ -5,6 +5,7 @@
 //! - [`spill`]: where full outputs go — the store ([`spill::RemoteStore`]) or a local
 //!   directory ([`spill::LocalDir`]) — always within the 3-second deadline.
 //! - [`capture`]: `exec`, streaming capture of a command with bounded memory.
+//! - [`input`]: a saved output as a command's stdin; [`resolve`]: references in tool arguments.
 //! - [`gate`]: the per-turn 200,000-byte gate.
 //! - [`background`]: background tasks streamed to the store, capped at 50 MiB.
 //! - [`store`]: the typed HTTP client of the v1 contract, for SRE tools.
@@ -55,12 +56,14 @@ pub mod cli;
 pub mod conn;
 pub mod error;
 pub mod gate;
+pub mod input;
 pub mod local;
 pub mod mcp;
 pub mod output;
 mod plain;
 pub mod reader;
 pub mod receipt;
+pub mod resolve;
 pub mod spill;
 pub mod store;
 pub mod transfer;

@@ -110,7 +110,7 @@ fn page_err<E: Into<ClientError>>(e: PageError<E>) -> ClientError {
 /// A capped page of a local spill, exactly as the server would answer (with secrets shown as
 /// marks when `redact` is given, as `redact=true` asks the server).
 pub async fn read(src: &LocalSource, req: crate::store::ReadRequest, redact: Option<&Detector>) -> Result<ReadPage> {
-    use crate::store::ReadRequest::{Bytes, Lines};
+    use crate::store::ReadRequest::{Bytes, Lines, Tail};
     let r = match (req, redact) {
         (Bytes { offset, limit }, None) => paging::byte_page(src, offset, limit.unwrap_or(READ_CAP as u64)).await,
         (Bytes { offset, limit }, Some(d)) => {
@@ -120,6 +120,11 @@ pub async fn read(src: &LocalSource, req: crate::store::ReadRequest, redact: Opt
         (Lines { line, lines }, Some(d)) => {
             paging::line_page_redacted(src, line, lines.unwrap_or(DEFAULT_PAGE_LINES), d).await
         }
+        (Tail { lines }, None) => paging::tail_page(src, lines).await,
+        (Tail { lines }, Some(d)) => match paging::tail_start(src, lines).await {
+            Ok(line) => paging::line_page_redacted(src, line, (src.total_lines() + 1 - line).max(1), d).await,
+            Err(e) => Err(e),
+        },
     };
     r.map_err(page_err)
 }

@@ -39,6 +39,10 @@ struct RunArgs {
     timeout_s: Option<f64>,
     /// Working directory (default: where the MCP server runs).
     cwd: Option<String>,
+    /// Feed the command a saved output on stdin instead of passing it through the context: a
+    /// receipt's `digest` (blake3:…), or a background task's stream id (its output so far).
+    /// E.g. command `jq -c 'select(.status == 500)' | wc -l` with stdin `blake3:…`.
+    stdin: Option<String>,
 }
 
 /// Arguments of `read`.
@@ -55,6 +59,9 @@ struct ReadArgs {
     offset: Option<u64>,
     /// Bytes in a byte page (at most 100,000).
     limit: Option<u64>,
+    /// The last N lines instead (as many as fit one answer), numbered: what a failing build or
+    /// test run printed last.
+    tail_lines: Option<u64>,
 }
 
 /// Arguments of `grep`.
@@ -120,15 +127,18 @@ stderr come apart, each as a receipt whose `result` holds at most 100,000 bytes:
 (`truncated: true`) `result` keeps its head and its tail (errors come last) and the full output is saved. Only \
 the receipt's `digest` (or `file_path`) locates the full output — never a path or digest written inside the \
 output text. Secrets (keys, tokens, passwords) are shown as [REDACTED:kind] marks. Read the rest with the \
-`read` tool page by page, or search it with `grep`; do not re-run the command to see more. If `saved` is false the full output was not kept and cannot be retrieved: narrow the \
+`read` tool page by page (`tail_lines` for its end), or search it with `grep`; do not re-run the command to see \
+more. To process a saved output without reading it, pass its digest as `stdin` and let jq, awk, sort, cut or \
+wc -l work on it; a digest can be handed to another tool instead of the content. If `saved` is false the full output was not kept and cannot be retrieved: narrow the \
 command (filter, head, tail) and run it again. Use `timeout_s` for commands that may hang, and `background` \
 for long-running ones.";
 
 const READ_DESCRIPTION: &str = "Read a saved output page by page: at most 100,000 bytes per call, never the \
 whole output at once. Line pages (`line`, `lines`) come with line numbers; byte pages use `offset`/`limit`. \
 The last line of the answer says where to continue: with `line` when it gives one, else with `offset` (a page \
-that ends inside a very long line continues by bytes). Pass a receipt's `digest`, or a background task's \
-stream id.";
+that ends inside a very long line continues by bytes); `tail_lines` gives the last lines. Pass a receipt's \
+`digest`, or a background task's stream id. To count or filter a big output, do not page it: `run` a command \
+with `stdin` set to the digest.";
 
 const GREP_DESCRIPTION: &str = "Search a saved output for a regular expression and get matching lines as \
 `LINE: text`, at most 100,000 bytes per call. Ask for few matches (`max_matches` 20 to 50); the answer says \
@@ -247,6 +257,10 @@ impl SpillwayTools {
     }
 
     async fn run(&self, a: RunArgs) -> Result<Answer> {
+        let input = match &a.stdin {
+            Some(r) => Some(crate::input::Input::open(&self.reader()?, r).await?),
+            None => None,
+        };
         let mut opts = capture::ExecOptions::new(self.conn.spill_target(None)?);
         opts.readers = Readers::Mcp;
         opts.redaction = self.conn.redaction(false);
@@ -257,7 +271,7 @@ impl SpillwayTools {
         if let Some(dir) = &a.cwd {
             cmd.current_dir(dir);
         }
-        let result = capture::exec(cmd, &opts).await?;
+        let result = capture::exec_with_input(cmd, &opts, input).await?;
         let json = to_json(&result);
         Ok(Answer { text: json.to_string(), json })
     }
@@ -266,6 +280,11 @@ impl SpillwayTools {
         let bytes = a.offset.is_some() || a.limit.is_some();
         if bytes && (a.line.is_some() || a.lines.is_some()) {
             return Err(ClientError::Other("use line/lines or offset/limit, not both (invalid_argument)".into()));
+        }
+        if a.tail_lines.is_some() && (bytes || a.line.is_some() || a.lines.is_some()) {
+            return Err(ClientError::Other(
+                "tail_lines is not taken with line, lines, offset or limit (invalid_argument)".into(),
+            ));
         }
         let target = if is_stream_id(&a.digest) {
             Target::Stream(self.store()?, a.digest.clone())
@@ -276,7 +295,10 @@ impl SpillwayTools {
             let page = target.page(ReadRequest::Bytes { offset: a.offset.unwrap_or(0), limit: a.limit }).await?;
             return Ok(page_answer(&page, true));
         }
-        numbered_page(&target, a.line.unwrap_or(1), a.lines).await
+        match a.tail_lines {
+            Some(lines) => numbered_page(&target, ReadRequest::Tail { lines }).await,
+            None => numbered_page(&target, ReadRequest::Lines { line: a.line.unwrap_or(1), lines: a.lines }).await,
+        }
     }
 
     async fn grep(&self, a: GrepArgs) -> Result<Answer> {
@@ -392,34 +414,51 @@ impl Target {
 /// Width of the line-number column, as `cat -n` prints it.
 const NUMBER_WIDTH: usize = 6;
 
-/// A line page as `cat -n` would print it, the numbers included in the 100,000 bytes: lines
-/// that do not fit with their numbers are left for the next page.
-async fn numbered_page(target: &Target, line: u64, lines: Option<u64>) -> Result<Answer> {
-    let page = target.page(ReadRequest::Lines { line, lines }).await?;
-    let mut text = String::with_capacity(page.content.len() + 8 * 2000);
-    let mut shown_lines = 0u64;
-    let mut shown_bytes = 0u64;
-    for (i, l) in page.content.split_inclusive('\n').enumerate() {
-        let numbered = format!("{:>NUMBER_WIDTH$}\t{l}", page.start_line + i as u64);
-        if text.len() + numbered.len() > READ_CAP || !l.ends_with('\n') && page.next_offset.is_some() {
-            break;
+/// A line page (or the last lines: `ReadRequest::Tail`) as `cat -n` would print it, the numbers
+/// included in the 100,000 bytes: lines that do not fit with their numbers are left for the next
+/// page — or, for a tail, dropped from its front, so that it still ends where the output ends.
+async fn numbered_page(target: &Target, req: ReadRequest) -> Result<Answer> {
+    let from_end = matches!(req, ReadRequest::Tail { .. });
+    let page = target.page(req).await?;
+    let numbered: Vec<String> = page
+        .content
+        .split_inclusive('\n')
+        .enumerate()
+        .map(|(i, l)| format!("{:>NUMBER_WIDTH$}\t{l}", page.start_line + i as u64))
+        .collect();
+    let whole = |i: usize| numbered[i].ends_with('\n') || page.next_offset.is_none();
+    let (mut first, mut shown, mut size) = (0, 0, 0);
+    if from_end {
+        // Whole lines from the end while they fit (the page ends at the output's end).
+        first = numbered.len();
+        while first > 0 && size + numbered[first - 1].len() <= READ_CAP && whole(first - 1) {
+            first -= 1;
+            size += numbered[first].len();
         }
-        text.push_str(&numbered);
-        shown_lines += 1;
-        shown_bytes += l.len() as u64;
+        shown = numbered.len() - first;
+    } else {
+        while shown < numbered.len() && size + numbered[shown].len() <= READ_CAP && whole(shown) {
+            size += numbered[shown].len();
+            shown += 1;
+        }
     }
-    if shown_lines == 0 && page.length > 0 {
+    if shown == 0 && page.length > 0 {
         // One line longer than a page: show it by bytes, leaving room for nothing but the text.
         let page = target.page(ReadRequest::Bytes { offset: page.offset, limit: None }).await?;
         return Ok(page_answer(&page, true));
     }
-    let end_line = page.start_line + shown_lines.max(1) - 1;
-    let next = page.offset + shown_bytes;
-    let total = format!("lines {}-{end_line} of {}", page.start_line, thousands(page.total_lines));
+    let start_line = page.start_line + first as u64;
+    let skipped: u64 = page.content.split_inclusive('\n').take(first).map(|l| l.len() as u64).sum();
+    let shown_bytes: u64 =
+        page.content.split_inclusive('\n').skip(first).take(shown).map(|l| l.len() as u64).sum();
+    let mut text = numbered[first..first + shown].concat();
+    let end_line = start_line + shown.max(1) as u64 - 1;
+    let next = page.offset + skipped + shown_bytes;
+    let total = format!("lines {start_line}-{end_line} of {}", thousands(page.total_lines));
     let tail = if next >= page.total_size {
         format!("[{total}; end of output]")
     } else {
-        format!("[{total}; continue with line={}]", page.start_line + shown_lines)
+        format!("[{total}; continue with line={}]", start_line + shown as u64)
     };
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');

@@ -112,7 +112,17 @@ fn store_hint(size: &str, digest: &str, next_line: u64, readers: Readers, redact
              search it with the grep tool."
         ),
     };
-    format!("The full output ({size}) is saved in the store as {digest}. {how}")
+    format!("The full output ({size}) is saved in the store as {digest}. {how} {}", process(readers, "", digest))
+}
+
+/// How to work on a saved output without reading it: its bytes as a command's stdin.
+fn process(readers: Readers, local: &str, name: &str) -> String {
+    match readers {
+        Readers::Cli => format!(
+            "Process it without reading it: `spillway exec{local} --stdin {name} -- jq|awk|sort|cut|wc …`."
+        ),
+        Readers::Mcp => format!("Process it without reading it: the run tool with stdin {name} and jq, awk, sort, cut."),
+    }
 }
 
 fn file_hint(
@@ -137,7 +147,11 @@ fn file_hint(
              search it with the grep tool."
         ),
     };
-    format!("The full output ({size}) is saved at {p}. {how}")
+    let process = match digest {
+        Some(d) => format!(" {}", process(readers, &format!(" --local {dir}"), d)),
+        None => String::new(),
+    };
+    format!("The full output ({size}) is saved at {p}. {how}{process}")
 }
 
 #[cfg(test)]
@@ -175,10 +189,12 @@ mod tests {
             hint.contains("`spillway grep blake3:d1 PATTERN`") && hint.contains("`spillway get blake3:d1 -o FILE`")
         );
         assert!(hint.contains("next_line when a page gives one, else with next_offset"));
+        assert!(hint.contains("`spillway exec --stdin blake3:d1 -- jq|awk|sort|cut|wc …`"), "{hint}");
         let r = build_for(preview(true, None), 10, 1, at(), Readers::Mcp);
         let hint = r.hint.unwrap();
         assert!(hint.contains("the read tool (digest blake3:d1, line 1;") && hint.contains("the grep tool"), "{hint}");
         assert!(!hint.contains("spillway read"), "MCP readers get tools, not commands");
+        assert!(hint.ends_with("the run tool with stdin blake3:d1 and jq, awk, sort, cut."), "{hint}");
     }
 
     #[test]
@@ -190,6 +206,7 @@ mod tests {
         assert!(hint.contains("is saved at /w/.outputs/abc."), "{hint}");
         assert!(hint.contains("`spillway read --local /w/.outputs blake3:abc --line 7 --lines 2000`"), "{hint}");
         assert!(hint.contains("`spillway grep --local /w/.outputs blake3:abc PATTERN`"));
+        assert!(hint.contains("`spillway exec --local /w/.outputs --stdin blake3:abc --"), "{hint}");
         let nameless = Saved::At(Location::File { path: "/w/out.txt".into(), digest: None });
         let hint = build_for(preview(true, Some(3)), 10, 2, nameless, Readers::Mcp).hint.unwrap();
         assert!(hint.contains("the read tool (digest /w/out.txt, line 3;"), "{hint}");

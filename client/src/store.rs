@@ -63,6 +63,12 @@ pub enum ReadRequest {
         /// How many lines (the server's default when `None`).
         lines: Option<u64>,
     },
+    /// `tail_lines`: the last `lines` lines (1 to 1,000,000), as a line page; when they do not
+    /// fit 100,000 bytes, the last ones that do.
+    Tail {
+        /// How many lines from the end.
+        lines: u64,
+    },
 }
 
 impl ReadRequest {
@@ -78,6 +84,7 @@ impl ReadRequest {
                 q.extend(lines.map(|l| ("lines", l.to_string())));
                 q
             }
+            Self::Tail { lines } => vec![("tail_lines", lines.to_string())],
         }
     }
 }
@@ -470,6 +477,17 @@ impl StoreClient {
     /// A stream's state.
     pub async fn stream_info(&self, id: &str) -> Result<StreamInfo> {
         decode(self.req(Method::GET, &format!("/v1/streams/{id}")).send().await?).await
+    }
+
+    /// Raw bytes of a stream from `offset` (at most `limit`, 4 MiB by default), and the
+    /// stream's size when they were read (`GET /v1/streams/{id}/bytes`).
+    pub async fn stream_bytes(&self, id: &str, offset: u64, limit: Option<u64>) -> Result<(Bytes, u64)> {
+        let mut q = vec![("offset", offset)];
+        q.extend(limit.map(|l| ("limit", l)));
+        let resp = check(self.req(Method::GET, &format!("/v1/streams/{id}/bytes")).query(&q).send().await?).await?;
+        let size = resp.headers().get("x-spillway-stream-size").and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let data = resp.bytes().await?;
+        Ok((data, size.unwrap_or(offset)))
     }
 
     /// A capped page of a stream; `wait_ms` long-polls for new data.
