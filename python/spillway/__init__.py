@@ -40,6 +40,7 @@ from ._spillway import (
     Unavailable,
     exec,  # noqa: A004 - the contract's name (spillway.exec)
     gate,
+    resolve,
     spill,
 )
 
@@ -66,6 +67,7 @@ __all__ = [
     "Unavailable",
     "exec",
     "gate",
+    "resolve",
     "spill",
 ]
 

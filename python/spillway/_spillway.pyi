@@ -56,8 +56,10 @@ class Store:
         offset: int | None = None,
         limit: int | None = None,
         redact: bool = False,
+        tail_lines: int | None = None,
     ) -> dict[str, Any]:
-        """One capped page (at most 100,000 bytes of content): by lines, or by bytes."""
+        """One capped page (at most 100,000 bytes of content): by lines, by bytes, or the last
+        `tail_lines` lines."""
     def grep(
         self,
         digest: str,
@@ -118,8 +120,19 @@ def exec(
     cwd: str | PathLike[str] | None = None,
     labels: dict[str, str] | None = None,
     redact: bool = True,
+    stdin: str | None = None,
 ) -> dict[str, Any]:
-    """Runs a command like an agent's shell tool: {exit_code, signal, timed_out?, stdout, stderr}."""
+    """Runs a command like an agent's shell tool: {exit_code, signal, timed_out?, stdout, stderr}.
+    `stdin`: a saved output (a digest, or a stream id) fed to the command, checked as it streams."""
+
+def resolve(
+    value: Any,
+    limit: int = 10_000_000,
+    as_file: bool = False,
+    store: Store | LocalDir | None = None,
+) -> Any:
+    """`value` with every reference (`{"$spillway": "blake3:…"}` or a receipt) replaced by the
+    saved output's text, or a local file's path with `as_file`."""
 
 def gate(
     results: list[str | dict[str, Any]],

@@ -382,7 +382,7 @@ impl Store {
         check.finish().map_err(error)
     }
 
-    #[pyo3(signature = (digest, line=None, lines=None, offset=None, limit=None, redact=false))]
+    #[pyo3(signature = (digest, line=None, lines=None, offset=None, limit=None, redact=false, tail_lines=None))]
     #[allow(clippy::too_many_arguments)]
     fn read(
         &self,
@@ -393,12 +393,15 @@ impl Store {
         offset: Option<u64>,
         limit: Option<u64>,
         redact: bool,
+        tail_lines: Option<u64>,
     ) -> PyResult<Py<PyAny>> {
         let d = self::digest(digest)?;
-        let req = match (line.or(lines.map(|_| 1)), offset.or(limit.map(|_| 0))) {
-            (Some(_), Some(_)) => return Err(invalid("use line/lines or offset/limit, not both")),
-            (Some(line), None) => spillway_client::ReadRequest::Lines { line, lines },
-            (None, offset) => spillway_client::ReadRequest::Bytes { offset: offset.unwrap_or(0), limit },
+        let req = match (line.or(lines.map(|_| 1)), offset.or(limit.map(|_| 0)), tail_lines) {
+            (None, None, Some(lines)) => spillway_client::ReadRequest::Tail { lines },
+            (_, _, Some(_)) => return Err(invalid("tail_lines is not taken with line, lines, offset or limit")),
+            (Some(_), Some(_), None) => return Err(invalid("use line/lines or offset/limit, not both")),
+            (Some(line), None, None) => spillway_client::ReadRequest::Lines { line, lines },
+            (None, offset, None) => spillway_client::ReadRequest::Bytes { offset: offset.unwrap_or(0), limit },
         };
         let page = wait(py, self.with(redact).read(d, req)).map_err(error)?;
         answer(py, &page)
@@ -576,6 +579,47 @@ fn target_of(target: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dyn SpillTarget>
     }
 }
 
+/// Where saved outputs are read from, as `target_of` chooses where they go: a `Store`, a
+/// `LocalDir`, or `None` (`SPILLWAY_URL` when set, else `./.outputs`).
+fn reader_of(target: Option<&Bound<'_, PyAny>>) -> PyResult<Reader> {
+    match target {
+        Some(t) if !t.is_none() => {
+            if let Ok(store) = t.cast::<Store>() {
+                return Ok(Reader::Store(store.get().client.clone()));
+            }
+            if let Ok(dir) = t.cast::<LocalDir>() {
+                return Ok(Reader::Local(dir.get().dir.clone(), None));
+            }
+            Err(invalid(format!("store must be a Store, a LocalDir or None, not {}", t.get_type().name()?)))
+        }
+        _ => Ok(match from_env("SPILLWAY_URL", None) {
+            Some(url) => Reader::Store(StoreClient::new(url, from_env("SPILLWAY_TOKEN", None).unwrap_or_default())),
+            None => Reader::Local(spillway_client::spill::LocalDir::new(".outputs"), None),
+        }),
+    }
+}
+
+/// `value` with every reference in it — `{"$spillway": "blake3:…"}` or a receipt — at any
+/// depth replaced by the saved output's text (or, with `as_file=True`, a local file's path).
+/// An output over `limit` bytes raises `TooLarge` before anything past the limit is read; a
+/// missing or unreadable one raises `NotFound`. `store`: a `Store`, a `LocalDir`, or `None`
+/// (`SPILLWAY_URL` when set, else `./.outputs`).
+#[pyfunction(name = "resolve")]
+#[pyo3(signature = (value, limit=10_000_000, as_file=false, store=None))]
+fn resolve_refs(
+    py: Python<'_>,
+    value: &Bound<'_, PyAny>,
+    limit: u64,
+    as_file: bool,
+    store: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let v = from_py(value)?;
+    let reader = reader_of(store)?;
+    let opts = spillway_client::resolve::ResolveOptions { limit, as_file };
+    let out = wait(py, spillway_client::resolve::resolve(v, &reader, &opts)).map_err(error)?;
+    Ok(to_py(py, &out)?.unbind())
+}
+
 fn strategy_of(name: &str) -> PyResult<Strategy> {
     Ok(match name {
         "head" => Strategy::Head,
@@ -625,7 +669,8 @@ fn spill_output(
 /// Runs a command the way an agent's shell tool does (`exec`): stdout and stderr captured
 /// apart in bounded memory, each a receipt; `command` a list (argv) or a string (`sh -c`).
 #[pyfunction(name = "exec")]
-#[pyo3(signature = (command, target=None, timeout=None, cwd=None, labels=None, redact=true))]
+#[pyo3(signature = (command, target=None, timeout=None, cwd=None, labels=None, redact=true, stdin=None))]
+#[allow(clippy::too_many_arguments)]
 fn exec_command(
     py: Python<'_>,
     command: &Bound<'_, PyAny>,
@@ -634,6 +679,7 @@ fn exec_command(
     cwd: Option<PathBuf>,
     labels: Option<BTreeMap<String, String>>,
     redact: bool,
+    stdin: Option<String>,
 ) -> PyResult<Py<PyAny>> {
     let argv: Vec<String> = if let Ok(s) = command.cast::<PyString>() {
         vec!["sh".into(), "-c".into(), s.to_str()?.to_owned()]
@@ -650,13 +696,19 @@ fn exec_command(
     opts.timeout = timeout
         .map(|t| Duration::try_from_secs_f64(t).map_err(|_| invalid(format!("invalid timeout {t}"))))
         .transpose()?;
+    let reader = stdin.as_ref().map(|_| reader_of(target)).transpose()?;
     let result = wait(py, async {
+        // Opened first: a saved output this token cannot read is refused before the command starts.
+        let input = match (&stdin, &reader) {
+            (Some(r), Some(reader)) => Some(spillway_client::input::Input::open(reader, r).await?),
+            _ => None,
+        };
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args);
         if let Some(dir) = &cwd {
             cmd.current_dir(dir);
         }
-        capture::exec(cmd, &opts).await
+        capture::exec_with_input(cmd, &opts, input).await
     })
     .map_err(error)?;
     answer(py, &result)
@@ -704,6 +756,7 @@ fn _spillway(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spill_output, m)?)?;
     m.add_function(wrap_pyfunction!(exec_command, m)?)?;
     m.add_function(wrap_pyfunction!(gate_turn, m)?)?;
+    m.add_function(wrap_pyfunction!(resolve_refs, m)?)?;
     m.add("SpillwayError", py.get_type::<SpillwayError>())?;
     for code in [
         "invalid_digest",

@@ -173,3 +173,30 @@ def test_capped_tool_and_store_tools_in_an_agent_loop(store: spillway.Store) -> 
     assert "no matches" in str(second["call_probe"].content), "no pattern probes a secret"
     found = str(second["call_search"].content)
     assert f"{digest}:100003: row 100002" in found, found
+
+
+def test_a_model_passes_a_saved_output_to_a_tool_by_reference(store: spillway.Store) -> None:
+    from langchain.agents import create_agent
+
+    log = store.put("".join(f"event {i} {'ERROR' if i % 10 == 0 else 'ok'}\n" for i in range(200_000)))
+
+    @tool
+    def count_errors(text: str) -> str:
+        """Count the lines of `text` that say ERROR."""
+        return str(sum("ERROR" in line for line in text.splitlines()))
+
+    capped = capped_tool(count_errors, target=store)
+    assert "$spillway" in json.dumps(capped.tool_call_schema if isinstance(capped.tool_call_schema, dict) else capped.args)
+    script = iter(
+        [
+            call("count_errors", {"text": {"$spillway": log["digest"]}}, "call_ref"),
+            call("count_errors", {"text": {"$spillway": "blake3:" + "ab" * 32}}, "call_missing"),
+            call("count_errors", {"text": "one ERROR\ntwo\n"}, "call_plain"),
+            AIMessage(content="done"),
+        ]
+    )
+    agent = create_agent(model=ScriptedModel(messages=script), tools=[capped])
+    got = tool_messages(agent.invoke({"messages": [{"role": "user", "content": "count"}]}))
+    assert str(got["call_ref"].content) == "20000", "the tool got the whole output, not the model's words"
+    assert "not_found" in str(got["call_missing"].content)
+    assert str(got["call_plain"].content) == "1"

@@ -121,3 +121,34 @@ def test_the_gate_over_15_results_of_100_kb(store: spillway.Store) -> None:
     marked = spillway.gate(["DB_PASSWORD=hunter2"], target=store)
     assert marked == ["DB_PASSWORD=[REDACTED:password]"]
     assert spillway.gate(["DB_PASSWORD=hunter2"], redact=False, target=store) == ["DB_PASSWORD=hunter2"]
+
+
+def test_outputs_as_inputs_stdin_tail_and_references(server, store: spillway.Store, tmp_path) -> None:
+    lines = "".join(f'{{"status": {500 if i % 7 == 0 else 200}, "path": "/p{i % 3}"}}\n' for i in range(50_000))
+    log = store.put(lines)
+    # A command reads the saved output on its stdin; its own output gets a receipt as always.
+    run = spillway.exec("grep -c '\"status\": 500'", target=store, stdin=log["digest"])
+    assert (run["exit_code"], run["stdout"]["result"]) == (0, f"{len(range(0, 50_000, 7))}\n")
+    # What this token cannot read is refused before the command runs.
+    marker = tmp_path / "ran"
+    with pytest.raises(spillway.NotFound):
+        spillway.exec(["touch", str(marker)], target=store, stdin="blake3:" + "ab" * 32)
+    with pytest.raises(spillway.InvalidDigest):
+        spillway.exec(["touch", str(marker)], target=store, stdin="blake3:nope")
+    assert not marker.exists()
+    # The last lines, numbered as a line page.
+    page = store.read(log["digest"], tail_lines=2)
+    assert (page["start_line"], page["end_line"], page["eof"]) == (49_999, 50_000, True)
+    with pytest.raises(spillway.InvalidArgument):
+        store.read(log["digest"], tail_lines=2, line=4)
+    # References anywhere in a value become the output's text, or a file's path.
+    receipt = spillway.spill(lines, target=store, cap=1_000)
+    args = {"a": [{"$spillway": log["digest"]}, 7], "b": {"body": receipt}, "c": "plain"}
+    out = spillway.resolve(args, store=store)
+    assert out == {"a": [lines, 7], "b": {"body": lines}, "c": "plain"}
+    path = spillway.resolve({"$spillway": log["digest"]}, store=store, as_file=True)
+    assert open(path).read() == lines
+    with pytest.raises(spillway.TooLarge):
+        spillway.resolve({"x": {"$spillway": log["digest"]}}, store=store, limit=1_000)
+    with pytest.raises(spillway.NotFound):
+        spillway.resolve({"$spillway": "blake3:" + "cd" * 32}, store=store)
