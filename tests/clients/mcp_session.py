@@ -69,6 +69,25 @@ async def session(binary, url, token, check):
             rows = text_of(r)
             check("search finds the line across saved outputs", f"{digest}:12345: 12345" in rows, rows[:300])
 
+            # Outputs as inputs: 50,000 JSON lines saved by one run, counted by jq in the next
+            # without passing through the model.
+            gen = "awk 'BEGIN{for(i=0;i<50000;i++) printf \"{\\\"i\\\":%d,\\\"status\\\":%d,\\\"path\\\":\\\"/p%d\\\"}\\n\", i, (i%7==0)?500:200, i%3}'"
+            r = await s.call_tool("run", {"command": gen})
+            saved = json.loads(text_of(r)).get("stdout", {}) if not r.is_error else {}
+            check("50,000 JSON lines saved", saved.get("total_lines") == 50_000 and saved.get("digest"), text_of(r)[:300])
+            check("the hint names stdin", "stdin" in (saved.get("hint") or ""), saved.get("hint"))
+            r = await s.call_tool("run", {"command": "jq -c 'select(.status == 500) | .path' | sort | uniq -c", "stdin": saved.get("digest")})
+            answer = json.loads(text_of(r)) if not r.is_error else {}
+            counts = answer.get("stdout", {}).get("result", "")
+            expected = {f'"/p{p}"': sum(1 for i in range(0, 50_000, 7) if i % 3 == p) for p in range(3)}
+            got = {line.split()[1]: int(line.split()[0]) for line in counts.splitlines() if line.strip()}
+            check("run with stdin: jq over the saved output", got == expected, (counts, expected))
+            check("its answer stays under the cap", len(text_of(r).encode()) <= 100_000, len(text_of(r).encode()))
+            r = await s.call_tool("read", {"digest": saved.get("digest"), "tail_lines": 2})
+            check("read tail_lines gives the last lines", '"i":49999' in text_of(r) and "lines 49999-50000 of 50,000" in text_of(r), text_of(r)[-300:])
+            r = await s.call_tool("run", {"command": "cat", "stdin": "blake3:" + "ab" * 32})
+            check("a stdin this token cannot read is an error result", r.is_error and "not_found" in text_of(r), text_of(r))
+
             r = await s.call_tool("read", {"digest": "blake3:not-a-digest"})
             check("a bad digest is an error result", r.is_error and "invalid digest" in text_of(r), text_of(r))
 

@@ -7,6 +7,7 @@ mod contract;
 mod crash;
 mod hardening;
 mod http;
+mod inputs;
 mod integrity;
 mod ops;
 mod plans;

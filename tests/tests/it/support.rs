@@ -81,3 +81,11 @@ pub fn server_binary() -> std::path::PathBuf {
     );
     bin
 }
+
+/// The `spillway` CLI binary the workspace built beside this test binary.
+pub fn client_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let bin = exe.parent().and_then(|deps| deps.parent()).expect("target directory").join("spillway");
+    assert!(bin.exists(), "{} is missing: `cargo test --workspace` builds it (or `cargo build -p spillway-client`)", bin.display());
+    bin
+}
