@@ -202,6 +202,11 @@ fn complete_operation(method: &str, path: &str, op: &mut Map<String, Value>) {
         match (method, path) {
             ("put" | "post", "/v1/blobs" | "/v1/blobs/{digest}") => list.extend(ref_params(false)),
             ("post", "/v1/streams") => list.extend(ref_params(true)),
+            ("get", "/v1/streams/{id}/bytes") => {
+                for p in list.iter_mut().filter(|p| p["name"] == "limit") {
+                    p["schema"] = json!({"type": "integer", "minimum": 1, "maximum": 4_194_304});
+                }
+            }
             ("get", "/v1/refs") => {
                 list.push(query_param(
                     "limit",

@@ -81,6 +81,7 @@ pub(crate) struct ReadQuery {
     /// The last N lines (1 to 1,000,000) as a line page, `start_line` saying where they
     /// start; when N lines do not fit 100,000 bytes, the last ones that do. Not with `line`,
     /// `lines`, `offset` or `limit`.
+    #[param(minimum = 1, maximum = 1_000_000)]
     tail_lines: Option<u64>,
     /// Streams only: long-poll this many milliseconds (≤ 30000) for data.
     wait_ms: Option<u64>,

@@ -177,6 +177,7 @@ pub(super) struct BytesQuery {
     /// First byte (default 0).
     offset: Option<u64>,
     /// Most bytes (default and maximum 4 MiB).
+    #[param(minimum = 1, maximum = 4_194_304)]
     limit: Option<u64>,
 }
 
