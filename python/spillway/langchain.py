@@ -7,48 +7,20 @@ Needs ``langchain-core`` (``pip install './python[langchain]'``).
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
 
-from . import AsyncStore, SpillwayError, Store, resolve, spill
+from . import AsyncStore, SpillwayError, Store, resolve
+from ._cap import capped
 from ._spillway import tool_descriptions
 
 __all__ = ["capped_tool", "store_tools"]
 
-# Room kept under the cap for the receipt's other fields and its JSON escapes.
-_RECEIPT_ROOM = 4096
-
-
-def _as_text(out: Any) -> str:
-    if isinstance(out, str):
-        return out
-    if isinstance(out, bytes):
-        return out.decode("utf-8", errors="replace")
-    content = getattr(out, "content", None)
-    if isinstance(content, str):
-        return content
-    try:
-        return json.dumps(out, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return str(out)
-
-
 def _capped(out: Any, cap: int, strategy: str, target: Any, labels: dict[str, str]) -> str:
     """What the model reads of `out`: the output itself when it fits (secrets marked), else the
     receipt, as JSON, within `cap` bytes."""
-    text = _as_text(out)
-    preview_cap = cap
-    while True:
-        receipt = spill(text, target=target, strategy=strategy, cap=preview_cap, labels=labels)
-        if not receipt["truncated"]:
-            return receipt["result"]
-        body = json.dumps(receipt, ensure_ascii=False)
-        size = len(body.encode())
-        if size <= cap or preview_cap <= _RECEIPT_ROOM:
-            return body
-        preview_cap = max(_RECEIPT_ROOM, preview_cap - (size - cap) - 256)
+    return capped(out, cap, strategy, target, labels)[0]
 
 
 class _CappedTool(BaseTool):
