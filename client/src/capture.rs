@@ -49,6 +49,10 @@ pub struct ExecOptions {
     /// Whether the receipts' previews show secrets as marks (on by default; the spill is always
     /// the exact output).
     pub redaction: Redaction,
+    /// The most bytes the whole answer may take as a host carries it (`ExecResult` as JSON, both
+    /// receipts, inside a JSON string: escapes twice), when a host caps what it reads (`spillway
+    /// mcp`); the previews are cut further to fit. `None`: each stream has `cap`.
+    pub answer_budget: Option<usize>,
 }
 
 impl ExecOptions {
@@ -65,6 +69,7 @@ impl ExecOptions {
             inherit_stdin: false,
             cancel: CancellationToken::new(),
             redaction: Redaction::On,
+            answer_budget: None,
         }
     }
 }
@@ -204,7 +209,24 @@ impl SpillState {
 }
 
 /// Reads one stream to its end and returns its receipt.
-pub async fn capture<R: AsyncRead + Unpin>(mut reader: R, opts: &ExecOptions, stream: &str) -> Result<Receipt> {
+pub async fn capture<R: AsyncRead + Unpin>(reader: R, opts: &ExecOptions, stream: &str) -> Result<Receipt> {
+    let mut c = read_all(reader, opts, stream).await?;
+    Ok(c.receipt(opts.cap, opts).await)
+}
+
+/// One stream read to its end: its head and tail, and where its spill stands. Its receipt
+/// can be cut to any cap up to the one it was read with (`ExecOptions::cap`), as often as an
+/// answer's budget asks; the output is saved once.
+struct Captured {
+    keep: Keeper,
+    spill: SpillState,
+    deadline: Deadline,
+    labels: Vec<(String, String)>,
+    /// Where the whole output went, once its spill finished.
+    saved: Option<Saved>,
+}
+
+async fn read_all<R: AsyncRead + Unpin>(mut reader: R, opts: &ExecOptions, stream: &str) -> Result<Captured> {
     let mut keep = Keeper::new(opts.cap);
     let mut spill = SpillState::NotStarted;
     let mut deadline = Deadline::new(opts.save_deadline);
@@ -223,17 +245,30 @@ pub async fn capture<R: AsyncRead + Unpin>(mut reader: R, opts: &ExecOptions, st
             spill.take(&keep, before, chunk, (&*opts.spill, &labels), &mut deadline).await;
         }
     }
-    let preview = preview_of(&keep, opts);
-    if preview.truncated && matches!(spill, SpillState::NotStarted) {
-        // A short output whose marks made it too long to show whole: saved like a long one.
-        spill.take(&keep, keep.total, &[], (&*opts.spill, &labels), &mut deadline).await;
-    }
-    let saved = spill.finish(&mut deadline).await;
-    Ok(receipt_of(&keep, preview, saved, opts))
+    Ok(Captured { keep, spill, deadline, labels, saved: None })
 }
 
-/// The preview of a whole output, from what `keep` holds.
-fn preview_of(keep: &Keeper, opts: &ExecOptions) -> truncate::Preview {
+impl Captured {
+    /// The receipt with a preview of at most `cap` bytes. A preview that does not show the
+    /// whole output (a short output whose marks made it too long, or a cap smaller than the
+    /// one it was read with) has it saved first, from the head kept: that is all of it.
+    async fn receipt(&mut self, cap: usize, opts: &ExecOptions) -> Receipt {
+        let preview = preview_of(&self.keep, cap, opts);
+        let spilling = !matches!(self.spill, SpillState::NotStarted);
+        if self.saved.is_none() && (preview.truncated || spilling) {
+            if !spilling {
+                let keep = &self.keep;
+                self.spill.take(keep, keep.total, &[], (&*opts.spill, &self.labels), &mut self.deadline).await;
+            }
+            let spill = std::mem::replace(&mut self.spill, SpillState::NotStarted);
+            self.saved = Some(spill.finish(&mut self.deadline).await);
+        }
+        receipt_of(&self.keep, preview, self.saved.clone().unwrap_or(Saved::NotNeeded), opts)
+    }
+}
+
+/// The preview of a whole output at most `cap` bytes long, from what `keep` holds.
+fn preview_of(keep: &Keeper, cap: usize, opts: &ExecOptions) -> truncate::Preview {
     let tail = keep.tail.contents();
     let sample = Sample {
         head: &keep.head,
@@ -242,7 +277,7 @@ fn preview_of(keep: &Keeper, opts: &ExecOptions) -> truncate::Preview {
         total: keep.total,
         total_lines: keep.lines(),
     };
-    truncate::preview_with(&sample, opts.cap, opts.strategy, &opts.redaction).unwrap_or_else(|r| truncate::Preview {
+    truncate::preview_with(&sample, cap, opts.strategy, &opts.redaction).unwrap_or_else(|r| truncate::Preview {
         text: r.to_string(),
         shown: vec![],
         truncated: true,
@@ -412,7 +447,7 @@ pub async fn exec_with_input(mut cmd: Command, opts: &ExecOptions, input: Option
     };
     let run = async {
         let (stdout, stderr, fed) =
-            tokio::join!(capture(out, opts, "stdout"), capture(err, opts, "stderr"), feed);
+            tokio::join!(read_all(out, opts, "stdout"), read_all(err, opts, "stderr"), feed);
         (stdout, stderr, fed, child.wait().await)
     };
     let (stdout, stderr, fed, status) = tokio::select! {
@@ -423,11 +458,66 @@ pub async fn exec_with_input(mut cmd: Command, opts: &ExecOptions, input: Option
     guard.armed = false;
     fed?;
     use std::os::unix::process::ExitStatusExt;
-    Ok(ExecResult {
-        exit_code: status.code(),
-        signal: status.signal(),
-        timed_out: timed_out.load(std::sync::atomic::Ordering::Relaxed),
-        stdout: stdout?,
-        stderr: stderr?,
-    })
+    let timed_out = timed_out.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(answer(stdout?, stderr?, (status.code(), status.signal(), timed_out), opts).await)
+}
+
+/// The bytes `v` takes as a host carries a tool's answer: its JSON, inside a JSON string.
+fn carried_len<T: Serialize>(v: &T) -> usize {
+    let json = serde_json::to_string(v).unwrap_or_default();
+    serde_json::to_string(&json).map_or(json.len(), |j| j.len() - 2)
+}
+
+/// The smallest preview a stream is cut to so that an answer fits its budget.
+const MIN_PREVIEW: usize = 256;
+
+/// A run's answer: both receipts cut to the cap and, when `opts.answer_budget` is set, cut
+/// further — the longer preview first, by what it passes the budget as JSON — until the whole
+/// answer, serialized, fits (each stream still head and tail, its digest reaching the rest).
+async fn answer(
+    mut out: Captured,
+    mut err: Captured,
+    (exit_code, signal, timed_out): (Option<i32>, Option<i32>, bool),
+    opts: &ExecOptions,
+) -> ExecResult {
+    let (stdout, stderr) = tokio::join!(out.receipt(opts.cap, opts), err.receipt(opts.cap, opts));
+    let mut result = ExecResult { exit_code, signal, timed_out, stdout, stderr };
+    let Some(budget) = opts.answer_budget else {
+        return result;
+    };
+    for _ in 0..8 {
+        let size = carried_len(&result);
+        if size <= budget {
+            break;
+        }
+        // What the two previews may take together, shared: one that needs less than half
+        // leaves the rest to the other.
+        let lens = [result.stdout.result.len(), result.stderr.result.len()];
+        let need = [carried_len(&result.stdout.result), carried_len(&result.stderr.result)];
+        let avail = budget.saturating_sub(size - need[0] - need[1]);
+        let share = match (need[0] <= avail / 2, need[1] <= avail / 2) {
+            (true, _) => [need[0], avail - need[0]],
+            (_, true) => [avail.saturating_sub(need[1]), need[1]],
+            _ => [avail / 2, avail - avail / 2],
+        };
+        let mut cut = false;
+        for i in 0..2 {
+            if need[i] <= share[i] || lens[i] <= MIN_PREVIEW {
+                continue;
+            }
+            // Escapes grow the text, twice: the share in the text's own bytes.
+            let growth = need[i] as f64 / lens[i].max(1) as f64;
+            let cap = ((share[i] as f64 / growth.max(1.0)) as usize).saturating_sub(32).clamp(MIN_PREVIEW, lens[i] - 1);
+            if i == 0 {
+                result.stdout = out.receipt(cap, opts).await;
+            } else {
+                result.stderr = err.receipt(cap, opts).await;
+            }
+            cut = true;
+        }
+        if !cut {
+            break; // both previews are as short as they go
+        }
+    }
+    result
 }

@@ -346,6 +346,10 @@ enum Cmd {
     Mcp {
         #[command(flatten)]
         local: LocalArg,
+        /// The most bytes of any one answer, whoever the client [default: by the client's name:
+        /// claude-code 40,000, codex 9,000, others 100,000].
+        #[arg(long, env = "SPILLWAY_MCP_LIMIT", value_name = "BYTES", value_parser = clap::value_parser!(u32).range(2_000..=1_000_000))]
+        limit: Option<u32>,
     },
     #[command(hide = true)]
     Supervise {
@@ -380,7 +384,7 @@ impl Cli {
             | Cmd::Read { local, .. }
             | Cmd::Grep { local, .. }
             | Cmd::Gate { local, .. }
-            | Cmd::Mcp { local } => local.local.clone(),
+            | Cmd::Mcp { local, .. } => local.local.clone(),
             _ if self.local.is_some() => {
                 return Err(ClientError::Other(
                     "this command needs the store: --local applies to exec, put, get, read, grep, gate and mcp".into(),
@@ -537,7 +541,7 @@ async fn dispatch(cmd: &Cmd, conn: &Conn) -> Result<ExitCode> {
         }
         Cmd::Bg { max_bytes, timeout, refs, cmd } => bg(conn, *max_bytes, *timeout, refs, cmd).await?,
         Cmd::Tail { follow, raw, stream, exit_code } => return tail(conn, stream, *follow, *raw, *exit_code).await,
-        Cmd::Mcp { .. } => crate::mcp::serve(conn.clone()).await?,
+        Cmd::Mcp { limit, .. } => crate::mcp::serve(conn.clone(), limit.map(|l| l as usize)).await?,
         Cmd::Supervise { stream, timeout, cmd } => supervise(conn, stream, seconds(*timeout)?, cmd).await?,
     }
     Ok(ExitCode::SUCCESS)

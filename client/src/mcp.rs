@@ -178,6 +178,41 @@ fn tools() -> Vec<Tool> {
 #[derive(Debug, Clone)]
 pub struct SpillwayTools {
     conn: Conn,
+    /// `--limit` (`SPILLWAY_MCP_LIMIT`): every answer's budget, whoever the client is.
+    limit: Option<usize>,
+}
+
+/// An answer's budget when neither `--limit` nor the client's name says otherwise.
+pub const DEFAULT_BUDGET: usize = 100_000;
+
+/// The budget of an answer to the client that named itself `name` in `initialize` (api.md
+/// v1.3; the README's table gives each host's source): Claude Code moves a result over 50,000
+/// characters to a file of its own and caps MCP answers at 25,000 tokens; Codex cuts tool
+/// output at about 10 KB. Clients not known to cap get [`DEFAULT_BUDGET`].
+pub fn host_budget(name: Option<&str>) -> usize {
+    match name.map(str::to_ascii_lowercase).as_deref() {
+        Some("claude-code") => 40_000,
+        Some(n) if n.starts_with("codex") => 9_000,
+        _ => DEFAULT_BUDGET,
+    }
+}
+
+/// What an answer's envelope takes beside its text: the result object and the JSON-RPC
+/// message around it.
+const ENVELOPE: usize = 256;
+
+/// The bytes `s` takes inside a JSON string.
+fn escaped_len(s: &str) -> usize {
+    serde_json::to_string(s).map_or(s.len(), |j| j.len() - 2)
+}
+
+/// Room an answer keeps for its own words beside a page (the line saying where to go on).
+const ROOM_FOR_WORDS: usize = 300;
+
+/// A byte limit that, asked again, makes a page whose text took `escaped` bytes fit `room`.
+fn shrunk(limit: u64, escaped: usize, room: usize) -> u64 {
+    let fits = room.saturating_sub(ROOM_FOR_WORDS) as u64;
+    (limit * fits / escaped.max(1) as u64).saturating_sub(16).clamp(1, limit.saturating_sub(1).max(1))
 }
 
 /// What a tool answers: the text the model reads and the JSON for clients that use it.
@@ -202,9 +237,14 @@ fn is_stream_id(s: &str) -> bool {
 }
 
 impl SpillwayTools {
-    /// Tools over `conn`.
+    /// Tools over `conn`, each answer within the budget of the client that asks (or `limit`).
     pub fn new(conn: Conn) -> Self {
-        Self { conn }
+        Self { conn, limit: None }
+    }
+
+    /// The same tools, every answer within `limit` bytes whoever the client is (`--limit`).
+    pub fn with_limit(self, limit: Option<usize>) -> Self {
+        Self { limit, ..self }
     }
 
     /// Calls one tool by name with JSON arguments, as an MCP client would, for hosts that are
@@ -214,7 +254,8 @@ impl SpillwayTools {
         let serde_json::Value::Object(args) = arguments else {
             return Err(ClientError::Other(format!("the arguments of {name} must be an object (invalid_argument)")));
         };
-        let a = self.call(&CallToolRequestParams::new(name.to_owned()).with_arguments(args)).await?;
+        let room = self.limit.unwrap_or(DEFAULT_BUDGET) - ENVELOPE;
+        let a = self.call(&CallToolRequestParams::new(name.to_owned()).with_arguments(args), room).await?;
         Ok((a.text, a.json))
     }
 
@@ -242,21 +283,22 @@ impl SpillwayTools {
         self.conn.reader_for(true)
     }
 
-    async fn call(&self, req: &CallToolRequestParams) -> Result<Answer> {
+    /// One tool's answer, its text at most `room` bytes as a JSON string carries it.
+    async fn call(&self, req: &CallToolRequestParams, room: usize) -> Result<Answer> {
         match req.name.as_ref() {
-            "run" => self.run(args(req)?).await,
-            "read" => self.read(args(req)?).await,
-            "grep" => self.grep(args(req)?).await,
+            "run" => self.run(args(req)?, room).await,
+            "read" => self.read(args(req)?, room).await,
+            "grep" => self.grep(args(req)?, room).await,
             "background" => self.background(args(req)?).await,
-            "tail" => self.tail(args(req)?).await,
-            "search" => self.search(args(req)?).await,
+            "tail" => self.tail(args(req)?, room).await,
+            "search" => self.search(args(req)?, room).await,
             other => Err(ClientError::Other(format!(
                 "no tool named {other:?}: use run, read, grep, search, background or tail"
             ))),
         }
     }
 
-    async fn run(&self, a: RunArgs) -> Result<Answer> {
+    async fn run(&self, a: RunArgs, room: usize) -> Result<Answer> {
         let input = match &a.stdin {
             Some(r) => Some(crate::input::Input::open(&self.reader()?, r).await?),
             None => None,
@@ -266,6 +308,7 @@ impl SpillwayTools {
         opts.redaction = self.conn.redaction(false);
         opts.timeout = a.timeout_s.map(seconds).transpose()?;
         opts.labels.push(("via".into(), "mcp".into()));
+        opts.answer_budget = Some(room);
         let mut cmd = tokio::process::Command::new("sh");
         cmd.arg("-c").arg(&a.command);
         if let Some(dir) = &a.cwd {
@@ -276,7 +319,7 @@ impl SpillwayTools {
         Ok(Answer { text: json.to_string(), json })
     }
 
-    async fn read(&self, a: ReadArgs) -> Result<Answer> {
+    async fn read(&self, a: ReadArgs, room: usize) -> Result<Answer> {
         let bytes = a.offset.is_some() || a.limit.is_some();
         if bytes && (a.line.is_some() || a.lines.is_some()) {
             return Err(ClientError::Other("use line/lines or offset/limit, not both (invalid_argument)".into()));
@@ -292,16 +335,15 @@ impl SpillwayTools {
             Target::Blob(self.reader()?, parse_digest(&a.digest)?)
         };
         if bytes {
-            let page = target.page(ReadRequest::Bytes { offset: a.offset.unwrap_or(0), limit: a.limit }).await?;
-            return Ok(page_answer(&page, true));
+            return byte_answer(&target, a.offset.unwrap_or(0), a.limit, room).await;
         }
         match a.tail_lines {
-            Some(lines) => numbered_page(&target, ReadRequest::Tail { lines }).await,
-            None => numbered_page(&target, ReadRequest::Lines { line: a.line.unwrap_or(1), lines: a.lines }).await,
+            Some(lines) => numbered_page(&target, ReadRequest::Tail { lines }, room).await,
+            None => numbered_page(&target, ReadRequest::Lines { line: a.line.unwrap_or(1), lines: a.lines }, room).await,
         }
     }
 
-    async fn grep(&self, a: GrepArgs) -> Result<Answer> {
+    async fn grep(&self, a: GrepArgs, room: usize) -> Result<Answer> {
         let d = parse_digest(&a.digest)?;
         let g = GrepRequest {
             pattern: a.pattern,
@@ -313,11 +355,11 @@ impl SpillwayTools {
             after: None,
         };
         let found = self.reader()?.grep(&d, &g).await?;
-        Ok(Answer { text: grep_text(&found), json: to_json(&found) })
+        Ok(Answer { text: grep_text(&found, room), json: to_json(&found) })
     }
 
-    async fn search(&self, a: SearchArgs) -> Result<Answer> {
-        let s = crate::store::SearchRequest {
+    async fn search(&self, a: SearchArgs, room: usize) -> Result<Answer> {
+        let mut s = crate::store::SearchRequest {
             pattern: a.pattern,
             labels: a.labels.unwrap_or_default().into_iter().collect(),
             ignore_case: a.ignore_case.unwrap_or(false),
@@ -327,7 +369,17 @@ impl SpillwayTools {
             cursor: a.cursor,
             ..Default::default()
         };
-        let found = self.store()?.search(&s).await?;
+        let store = self.store()?;
+        let mut found = store.search(&s).await?;
+        // Fewer matches asked for when they do not fit: the cursor then resumes after them.
+        for _ in 0..3 {
+            let fit = search_rows_that_fit(&found, room);
+            if fit == found.matches.len() {
+                break;
+            }
+            s.max_matches = Some(fit.max(1));
+            found = store.search(&s).await?;
+        }
         Ok(Answer { text: search_text(&found), json: to_json(&found) })
     }
 
@@ -346,7 +398,7 @@ impl SpillwayTools {
         Ok(Answer { text, json: serde_json::json!({ "stream": s.id, "pid": pid }) })
     }
 
-    async fn tail(&self, a: TailArgs) -> Result<Answer> {
+    async fn tail(&self, a: TailArgs, room: usize) -> Result<Answer> {
         if !is_stream_id(&a.stream) {
             return Err(ClientError::Other(format!(
                 "{:?} is not a stream id: pass the id background returned (invalid_argument)",
@@ -356,7 +408,12 @@ impl SpillwayTools {
         let store = self.store()?;
         let offset = a.offset.unwrap_or(0);
         let wait = a.wait_ms.map(|w| w.min(MAX_WAIT_MS));
-        let page = store.read_stream(&a.stream, ReadRequest::Bytes { offset, limit: None }, wait).await?;
+        let mut limit = room.saturating_sub(ROOM_FOR_WORDS).min(READ_CAP) as u64;
+        let mut page = store.read_stream(&a.stream, ReadRequest::Bytes { offset, limit: Some(limit) }, wait).await?;
+        while escaped_len(&page.content) + ROOM_FOR_WORDS > room && limit > 64 {
+            limit = shrunk(limit, escaped_len(&page.content), room);
+            page = store.read_stream(&a.stream, ReadRequest::Bytes { offset, limit: Some(limit) }, None).await?;
+        }
         let info = store.stream_info(&a.stream).await?;
         let next = offset + page.length;
         let status = if info.state == StreamState::Open || next < info.size {
@@ -383,6 +440,20 @@ fn continuation(page: &ReadPage, total: &str) -> String {
         (Some(line), _) => format!("[{total}; continue with line={line}]"),
         (None, Some(offset)) => format!("[{total}; this page ends inside a line: continue with offset={offset}]"),
         (None, None) => format!("[{total}; end of output]"),
+    }
+}
+
+/// A byte page asked with a limit that leaves the answer within `room` (asked again, shorter,
+/// when escapes made it longer).
+async fn byte_answer(target: &Target, offset: u64, limit: Option<u64>, room: usize) -> Result<Answer> {
+    let mut limit = limit.unwrap_or(READ_CAP as u64).min(room.saturating_sub(ROOM_FOR_WORDS) as u64).max(1);
+    loop {
+        let page = target.page(ReadRequest::Bytes { offset, limit: Some(limit) }).await?;
+        let answer = page_answer(&page, true);
+        if escaped_len(&answer.text) <= room || limit <= 1 {
+            return Ok(answer);
+        }
+        limit = shrunk(limit, escaped_len(&page.content), room);
     }
 }
 
@@ -417,7 +488,8 @@ const NUMBER_WIDTH: usize = 6;
 /// A line page (or the last lines: `ReadRequest::Tail`) as `cat -n` would print it, the numbers
 /// included in the 100,000 bytes: lines that do not fit with their numbers are left for the next
 /// page — or, for a tail, dropped from its front, so that it still ends where the output ends.
-async fn numbered_page(target: &Target, req: ReadRequest) -> Result<Answer> {
+async fn numbered_page(target: &Target, req: ReadRequest, room: usize) -> Result<Answer> {
+    let room = room.saturating_sub(ROOM_FOR_WORDS).min(READ_CAP);
     let from_end = matches!(req, ReadRequest::Tail { .. });
     let page = target.page(req).await?;
     let numbered: Vec<String> = page
@@ -431,21 +503,20 @@ async fn numbered_page(target: &Target, req: ReadRequest) -> Result<Answer> {
     if from_end {
         // Whole lines from the end while they fit (the page ends at the output's end).
         first = numbered.len();
-        while first > 0 && size + numbered[first - 1].len() <= READ_CAP && whole(first - 1) {
+        while first > 0 && size + escaped_len(&numbered[first - 1]) <= room && whole(first - 1) {
             first -= 1;
-            size += numbered[first].len();
+            size += escaped_len(&numbered[first]);
         }
         shown = numbered.len() - first;
     } else {
-        while shown < numbered.len() && size + numbered[shown].len() <= READ_CAP && whole(shown) {
-            size += numbered[shown].len();
+        while shown < numbered.len() && size + escaped_len(&numbered[shown]) <= room && whole(shown) {
+            size += escaped_len(&numbered[shown]);
             shown += 1;
         }
     }
     if shown == 0 && page.length > 0 {
-        // One line longer than a page: show it by bytes, leaving room for nothing but the text.
-        let page = target.page(ReadRequest::Bytes { offset: page.offset, limit: None }).await?;
-        return Ok(page_answer(&page, true));
+        // One line longer than the room: show it by bytes.
+        return byte_answer(target, page.offset, None, room + ROOM_FOR_WORDS).await;
     }
     let start_line = page.start_line + first as u64;
     let skipped: u64 = page.content.split_inclusive('\n').take(first).map(|l| l.len() as u64).sum();
@@ -467,18 +538,46 @@ async fn numbered_page(target: &Target, req: ReadRequest) -> Result<Answer> {
     Ok(Answer { text, json: to_json(&page) })
 }
 
-fn grep_text(found: &GrepResponse) -> String {
+/// Matches as `LINE: text` rows, as many as fit `room`; where to resume (the first row left out).
+fn grep_text(found: &GrepResponse, room: usize) -> String {
+    let room = room.saturating_sub(ROOM_FOR_WORDS);
     let mut text = String::new();
+    let mut next = found.next_line;
+    let mut n = 0;
     for m in &found.matches {
-        text.push_str(&format!("{}: {}{}\n", m.line, m.text, if m.shortened { " […]" } else { "" }));
+        let row = format!("{}: {}{}\n", m.line, m.text, if m.shortened { " […]" } else { "" });
+        if escaped_len(&text) + escaped_len(&row) > room {
+            next = Some(m.line);
+            break;
+        }
+        text.push_str(&row);
+        n += 1;
     }
-    let n = found.matches.len();
-    text.push_str(&match found.next_line {
+    text.push_str(&match next {
         Some(line) => format!("[{n} matches shown; resume with from_line={line}]"),
         None if n == 0 => "[no matches]".to_owned(),
         None => format!("[{n} matches; searched to the end]"),
     });
     text
+}
+
+/// How many of a search's matches fit `room` as [`search_text`] writes them.
+fn search_rows_that_fit(found: &spillway_api::SearchResponse, room: usize) -> usize {
+    let room = room.saturating_sub(ROOM_FOR_WORDS);
+    let (mut used, mut last) = (0usize, None::<&str>);
+    for (i, m) in found.matches.iter().enumerate() {
+        let mut add = 0;
+        if last != Some(m.digest.as_str()) {
+            add += m.digest.len() + 64 + (&m.labels).into_iter().map(|(k, v)| k.len() + v.len() + 3).sum::<usize>();
+            last = Some(&m.digest);
+        }
+        add += m.digest.len() + 24 + escaped_len(&m.found.text);
+        if used + add > room {
+            return i;
+        }
+        used += add;
+    }
+    found.matches.len()
 }
 
 /// A search's answer as a model reads it: a heading per output, its rows, where to go on.
@@ -532,14 +631,13 @@ impl ServerHandler for SpillwayTools {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResponse, ErrorData> {
-        let result = match self.call(&request).await {
-            Ok(a) => {
-                let mut r = CallToolResult::success(vec![ContentBlock::text(a.text)]);
-                r.structured_content = Some(a.json);
-                r
-            }
+        let client = context.peer.peer_info();
+        let budget = self.limit.unwrap_or_else(|| host_budget(client.as_ref().map(|c| c.client_info.name.as_str())));
+        // The text once: no structured copy of it (hosts count both against their caps).
+        let result = match self.call(&request, budget.saturating_sub(ENVELOPE)).await {
+            Ok(a) => CallToolResult::success(vec![ContentBlock::text(a.text)]),
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         };
         Ok(result.into())
@@ -547,19 +645,35 @@ impl ServerHandler for SpillwayTools {
 }
 
 /// What the server tells its client about itself (`initialize`).
-const INSTRUCTIONS: &str = "Spillway runs shell commands without flooding the context: each answer holds at most \
-    100,000 bytes and long outputs are saved whole, to be paged with read and searched with grep.";
+const INSTRUCTIONS: &str = "Spillway runs shell commands without flooding the context: each answer fits what this \
+    host takes (at most 100,000 bytes) and long outputs are saved whole, to be paged with read, searched with \
+    grep, or fed to another command with run's stdin.";
 
 /// Serves the tools on stdin/stdout until the client disconnects; says on stderr when full
 /// outputs will be saved under the current directory.
-pub async fn serve(conn: Conn) -> Result<()> {
+pub async fn serve(conn: Conn, limit: Option<usize>) -> Result<()> {
     if let Some(warning) = conn.local_spill_warning() {
         eprintln!("spillway mcp: warning: {warning}");
     }
     let service = SpillwayTools::new(conn)
+        .with_limit(limit)
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| ClientError::Other(format!("MCP start-up failed: {e}")))?;
     service.waiting().await.map_err(|e| ClientError::Other(format!("MCP session failed: {e}")))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_budget;
+
+    #[test]
+    fn each_host_gets_its_budget() {
+        assert_eq!(host_budget(Some("claude-code")), 40_000);
+        assert_eq!(host_budget(Some("codex-mcp-client")), 9_000);
+        assert_eq!(host_budget(Some("Codex")), 9_000);
+        assert_eq!(host_budget(Some("cursor")), 100_000);
+        assert_eq!(host_budget(None), 100_000);
+    }
 }

@@ -47,7 +47,7 @@ async def session(binary, url, token, check):
             receipt = json.loads(text_of(r)) if not r.is_error else {}
             stdout = receipt.get("stdout", {})
             check("run's text is the exec JSON", stdout.get("truncated") is True and stdout.get("saved") is True, stdout)
-            check("structuredContent carries it too", (r.structured_content or {}).get("stdout", {}).get("digest") == stdout.get("digest"))
+            check("the text is sent once: no structured copy", r.structured_content is None and len(r.content) == 1, r.structured_content)
             check("stderr apart", receipt.get("stderr", {}).get("result") == "done\n", receipt.get("stderr"))
             check("the preview stays under the cap", len(stdout.get("result", "").encode()) <= 100_000)
             digest = stdout.get("digest")
@@ -92,11 +92,45 @@ async def session(binary, url, token, check):
             check("a bad digest is an error result", r.is_error and "invalid digest" in text_of(r), text_of(r))
 
 
+TWO_MB_EACH = "head -c 2000000 /dev/urandom | base64 -w 76; head -c 2000000 /dev/urandom | base64 -w 76 >&2"
+
+
+async def host_session(binary, url, token, check, client_name, budget, extra_args=()):
+    """A session announcing itself as `client_name`: `run` with 2 MB on both streams answers
+    within `budget` bytes (the serialized result), the digests page the rest, no text twice."""
+    from mcp import types
+
+    env = {**os.environ, "SPILLWAY_URL": url, "SPILLWAY_TOKEN": token}
+    params = StdioServerParameters(command=binary, args=["mcp", *extra_args], env=env)
+    async with stdio_client(params) as (read, write):
+        info = types.Implementation(name=client_name, version="1.0.0")
+        async with ClientSession(read, write, client_info=info) as s:
+            await s.initialize()
+            r = await s.call_tool("run", {"command": TWO_MB_EACH})
+            wire = len(r.model_dump_json(by_alias=True, exclude_none=True).encode())
+            who = f"{client_name or 'unknown'}{' ' + ' '.join(extra_args) if extra_args else ''}"
+            check(f"{who}: run's whole answer within {budget}", not r.is_error and wire <= budget, (wire, text_of(r)[:200]))
+            check(f"{who}: the text once", r.structured_content is None and len(r.content) == 1)
+            answer = json.loads(text_of(r)) if not r.is_error else {}
+            out, err = answer.get("stdout", {}), answer.get("stderr", {})
+            check(f"{who}: both streams cut head and tail, saved", all(x.get("truncated") and x.get("saved") and len(x.get("shown", [])) == 2 for x in (out, err)), (out.get("shown"), err.get("shown")))
+            check(f"{who}: previews use the budget", len(out.get("result", "")) > budget // 8, len(out.get("result", "")))
+            r = await s.call_tool("read", {"digest": out.get("digest"), "line": 20000})
+            wire = len(r.model_dump_json(by_alias=True, exclude_none=True).encode())
+            check(f"{who}: a read answer within {budget}", not r.is_error and wire <= budget and "continue with line=" in text_of(r), (wire, text_of(r)[-200:]))
+            r = await s.call_tool("grep", {"digest": out.get("digest"), "pattern": "[A-Z]{3}", "max_matches": 1000})
+            wire = len(r.model_dump_json(by_alias=True, exclude_none=True).encode())
+            check(f"{who}: a grep answer within {budget}", not r.is_error and wire <= budget and "from_line=" in text_of(r), (wire, text_of(r)[-200:]))
+
+
 def main():
     binary, url, token = sys.argv[1:4]
     check = Checks()
     try:
         asyncio.run(session(binary, url, token, check))
+        for name, budget, extra in [("claude-code", 40_000, ()), ("codex-mcp-client", 9_000, ()),
+                                    ("some-new-host", 100_000, ()), ("claude-code", 20_000, ("--limit", "20000"))]:
+            asyncio.run(host_session(binary, url, token, check, name, budget, extra))
     except Exception as e:  # a protocol failure is a failed check, reported like the others
         check("the session completes", False, repr(e))
     print(f"{check.passed} passed, {check.failed} failed")
