@@ -1,5 +1,6 @@
 //! The per-turn gate (rule 7): when one turn's new tool results add up to more than the
-//! budget, the largest are degraded to a short head plus "omitted N bytes, full content at …".
+//! budget, the largest are degraded to a short head and tail around "omitted N bytes, full content
+//! at …", which names the read command.
 //! A receipt's existing location is reused; other content is saved now under its content name.
 //! All saves of a turn run concurrently under one deadline; the gate never fails the turn.
 
@@ -160,57 +161,106 @@ impl Gate {
             TurnResult::Text(t) => (t.as_str(), t.len() as u64, spillway_api::count_lines(t.as_bytes())),
             TurnResult::Receipt(r) => (r.result.as_str(), r.total_size.max(r.result.len() as u64), r.total_lines),
         };
-        let (head, cut, redactions) = self.head_of(text);
-        let omitted = total_size - cut as u64;
+        // Head and tail, about half the keep each: a failing build's last error stays in view.
+        let (head, cut, head_marks) = self.head_of(text, self.keep / 2);
+        let (tail, from, tail_marks) = self.tail_of(text, self.keep - self.keep / 2, cut);
+        let tail_len = (text.len() - from) as u64;
+        let omitted = total_size - cut as u64 - tail_len;
         let (digest, file_path) = match &loc {
             Some(Location::Store { digest }) => (Some(digest.clone()), None),
             Some(Location::File { path, digest }) => (digest.clone(), Some(path.display().to_string())),
             None => (None, None),
         };
         let place = file_path.clone().or(digest.clone());
-        let line = match &place {
-            Some(p) => format!("\n[omitted {omitted} bytes, full content at {p}]"),
-            None => format!("\n[omitted {omitted} bytes; the full content could not be saved and cannot be retrieved]"),
+        let next_line = memchr::memchr_iter(b'\n', &text.as_bytes()[..cut]).count() + 1;
+        let read = match (&loc, &digest) {
+            (Some(Location::File { path, .. }), Some(d)) => {
+                let dir = path.parent().map(|p| p.display().to_string()).unwrap_or_else(|| ".".into());
+                format!("; read it with `spillway read --local {dir} {d} --line {next_line}` or the read tool")
+            }
+            (_, Some(d)) => format!("; read it with `spillway read {d} --line {next_line}` or the read tool"),
+            _ => String::new(),
         };
+        let marker = match &place {
+            Some(p) => format!("[omitted {omitted} bytes, full content at {p}{read}]"),
+            None => format!("[omitted {omitted} bytes; the full content could not be saved and cannot be retrieved]"),
+        };
+        let sep = if head.is_empty() || head.ends_with('\n') { "" } else { "\n" };
         let hint = match &place {
             Some(p) => format!(
-                "This turn's tool results were over {} bytes, so this one was cut to its first {cut} bytes. \
-                 The full content ({total_size} bytes) is at {p}; read it page by page instead of all at once.",
+                "This turn's tool results were over {} bytes, so this one was cut to its first {cut} and last \
+                 {tail_len} bytes. The full content ({total_size} bytes) is at {p}; read it page by page instead \
+                 of all at once.",
                 self.budget
             ),
             None => {
                 "The full content was NOT saved and cannot be retrieved; narrow the command and run it again.".into()
             }
         };
+        let mut shown = vec![ShownRange { offset: 0, length: cut as u64 }];
+        if tail_len > 0 {
+            shown.push(ShownRange { offset: total_size - tail_len, length: tail_len });
+        }
         Receipt {
-            result: format!("{head}{line}"),
+            result: format!("{head}{sep}{marker}\n{tail}"),
             truncated: true,
             total_size,
             total_lines,
-            shown: vec![ShownRange { offset: 0, length: cut as u64 }],
+            shown,
             saved: place.is_some(),
             digest,
             file_path,
             hint: Some(hint),
             save_error: None,
-            redactions,
+            redactions: head_marks.zip(tail_marks).map(|(a, b)| a + b),
         }
     }
 
     /// The head a degraded result keeps, at most `keep` bytes as shown (with its secrets
-    /// marked, when redaction is on), and how many bytes of the text it covers.
-    fn head_of(&self, text: &str) -> (String, usize, Option<u64>) {
-        let mut keep = self.keep;
+    /// marked, when redaction is on), ending at a line's end when one is in its second half, and
+    /// how many bytes of the text it covers.
+    fn head_of(&self, text: &str, keep: usize) -> (String, usize, Option<u64>) {
+        let mut want = keep;
         loop {
-            let cut = utf8_cut(&text.as_bytes()[..keep.min(text.len())]);
+            let mut cut = utf8_cut(&text.as_bytes()[..want.min(text.len())]);
+            if let Some(nl) = memchr::memrchr(b'\n', &text.as_bytes()[..cut]).filter(|&nl| nl + 1 >= cut / 2) {
+                cut = nl + 1;
+            }
             let Some(detector) = self.redaction.detector() else {
                 return (text[..cut].to_owned(), cut, None);
             };
             let red = detector.redact_range(text.as_bytes(), 0, cut);
-            if red.text.len() <= self.keep || cut == 0 {
+            if red.text.len() <= keep || cut == 0 {
                 return (String::from_utf8_lossy(&red.text).into_owned(), cut, Some(red.marks() as u64));
             }
-            keep = cut - (red.text.len() - self.keep).min(cut);
+            want = cut - (red.text.len() - keep).min(cut);
+        }
+    }
+
+    /// The tail a degraded result keeps: at most `keep` bytes as shown, from no earlier than
+    /// `after`, starting at a line's start when one is in its first half; and where it starts.
+    fn tail_of(&self, text: &str, keep: usize, after: usize) -> (String, usize, Option<u64>) {
+        let bytes = text.as_bytes();
+        let mut want = keep;
+        loop {
+            let mut from = bytes.len().saturating_sub(want).max(after);
+            while !text.is_char_boundary(from) {
+                from += 1;
+            }
+            if from > 0 && bytes[from - 1] != b'\n' {
+                let window = &bytes[from..];
+                if let Some(nl) = memchr::memchr(b'\n', window).filter(|&nl| nl < window.len() / 2) {
+                    from += nl + 1;
+                }
+            }
+            let Some(detector) = self.redaction.detector() else {
+                return (text[from..].to_owned(), from, None);
+            };
+            let red = detector.redact_range(bytes, from, bytes.len());
+            if red.text.len() <= keep || from == bytes.len() {
+                return (String::from_utf8_lossy(&red.text).into_owned(), from, Some(red.marks() as u64));
+            }
+            want = (bytes.len() - from).saturating_sub(red.text.len() - keep);
         }
     }
 }
@@ -267,18 +317,29 @@ mod tests {
         let TurnResult::Receipt(r) = &out[1] else { panic!("{:?}", out[1]) };
         let path = r.file_path.clone().unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), big, "the full content is saved");
-        assert_eq!(r.result, format!("{}\n[omitted 1900 bytes, full content at {path}]", &big[..100]));
+        let d = r.digest.clone().unwrap();
+        let dir = dir.path().display();
+        let marker = format!(
+            "[omitted 1900 bytes, full content at {path}; read it with `spillway read --local {dir} {d} --line 11` or \
+             the read tool]"
+        );
+        assert_eq!(r.result, format!("{}{marker}\n{}", &big[..50], &big[1950..]), "head and tail, whole lines");
         assert_eq!((r.total_size, r.total_lines, r.truncated, r.saved), (2000, 400, true, true));
-        assert_eq!(r.shown, [ShownRange { offset: 0, length: 100 }]);
+        assert_eq!(r.shown, [ShownRange { offset: 0, length: 50 }, ShownRange { offset: 1950, length: 50 }]);
         assert!(r.digest.as_deref().is_some_and(|d| d.starts_with("blake3:")));
         let hint = r.hint.as_deref().unwrap();
-        assert!(hint.contains("over 1000 bytes") && hint.contains("first 100 bytes") && hint.contains(&path), "{hint}");
+        assert!(hint.contains("over 1000 bytes") && hint.contains("first 50 and last 50 bytes") && hint.contains(&path), "{hint}");
+        // The tail is where a failing build says why.
+        let log = format!("{}error[E0308]: mismatched types\n", "compiling …\n".repeat(300));
+        let out = g.apply(vec![TurnResult::Text(log)]).await;
+        let TurnResult::Receipt(r) = &out[0] else { panic!() };
+        assert!(r.result.ends_with("error[E0308]: mismatched types\n"), "{}", r.result);
         // A multi-byte character at the cut is not split.
         let wide = "€".repeat(700);
         let out = g.apply(vec![TurnResult::Text(wide)]).await;
         let TurnResult::Receipt(r) = &out[0] else { panic!() };
-        assert_eq!(r.shown[0].length, 99);
-        assert!(r.result.starts_with(&"€".repeat(33)));
+        assert_eq!((r.shown[0].length, r.shown[1].length), (48, 48));
+        assert!(r.result.starts_with(&"€".repeat(16)) && r.result.ends_with(&"€".repeat(16)));
     }
 
     #[tokio::test]
@@ -302,7 +363,7 @@ mod tests {
         let TurnResult::Receipt(r) = &out[0] else { panic!() };
         assert_eq!((r.digest.as_deref(), r.file_path.as_deref()), (Some("blake3:abc"), None));
         assert_eq!((r.total_size, r.total_lines), (9_000_000, 12));
-        assert!(r.result.ends_with("[omitted 8999900 bytes, full content at blake3:abc]"), "{}", r.result);
+        assert!(r.result.contains("[omitted 8999900 bytes, full content at blake3:abc; read it with `spillway read blake3:abc"), "{}", r.result);
         assert_eq!(std::fs::read_dir(dir.path()).map(|d| d.count()).unwrap_or(0), 0, "nothing saved again");
     }
 
@@ -315,7 +376,7 @@ mod tests {
         let out = g.apply(vec![text(5_000, 'z')]).await;
         let TurnResult::Receipt(r) = &out[0] else { panic!() };
         assert!(!r.saved && r.digest.is_none() && r.file_path.is_none());
-        assert!(r.result.ends_with("could not be saved and cannot be retrieved]"));
+        assert!(r.result.contains("could not be saved and cannot be retrieved]\nzzz"), "{}", r.result);
         assert!(r.hint.as_deref().unwrap().contains("NOT saved"));
     }
 

@@ -211,7 +211,7 @@ async fn gate_degrades_reuses_and_names_by_content() {
     assert_eq!(degraded["truncated"], true);
     let path = degraded["file_path"].as_str().unwrap();
     let result = degraded["result"].as_str().unwrap();
-    assert!(result.starts_with(&"x".repeat(2000)));
+    assert!(result.starts_with(&"x".repeat(1000)) && result.ends_with(&"x".repeat(1000)), "head and tail");
     assert!(result.contains(&format!("omitted 148000 bytes, full content at {path}")));
     assert_eq!(std::fs::read_to_string(path).unwrap(), big);
     // Same content, same location.
