@@ -4,7 +4,7 @@ process with the same store and token, retained and cleaned up by the store's TT
     from deepagents.backends import CompositeBackend, StateBackend
     backend = CompositeBackend(
         default=StateBackend(),
-        routes={"/large_tool_results/": SpillwayBackend(spillway.Store())},
+        routes={"/large_tool_results/": SpillwayBackend(spillway.Store(), prefix="/large_tool_results/")},
     )
 
 deepagents then evicts large tool results to the store, and ``read_file``, ``grep``, ``ls`` and
@@ -59,24 +59,41 @@ class SpillwayBackend(BackendProtocol):
     """deepagents' `BackendProtocol` over a Spillway store. Reads are redacted (they feed a
     model); writes store the exact content."""
 
-    def __init__(self, store: Store | AsyncStore, labels: dict[str, str] | None = None, ttl: int | None = None) -> None:
+    def __init__(
+        self, store: Store | AsyncStore, labels: dict[str, str] | None = None, ttl: int | None = None, prefix: str = ""
+    ) -> None:
+        """`prefix`: the route this backend serves in a ``CompositeBackend`` (say
+        ``"/large_tool_results/"``), which hands it paths with the route taken off; the labels
+        then carry the path the agent saw (``path=/large_tool_results/t1``), so that ``spillway
+        refs --label path=…`` finds what the agent named."""
         self.store: Store = store.store if isinstance(store, AsyncStore) else store
         self.labels = dict(labels or {})
         self.ttl = ttl
+        self.prefix = prefix.rstrip("/")
+
+    def _label(self, path: str) -> str:
+        """The `path` label of a backend path."""
+        return self.prefix + path
+
+    def _path(self, label: str | None) -> str | None:
+        """The backend path a `path` label names, or None when it is not under the prefix."""
+        if label is None or not label.startswith(self.prefix + "/"):
+            return None
+        return label[len(self.prefix) :]
 
     # ------------------------------------------------------------------ paths and digests
 
     def _refs(self, path: str | None = None) -> list[dict]:
         labels = dict(self.labels)
         if path is not None:
-            labels["path"] = path
+            labels["path"] = self._label(path)
         return list(self.store.refs(labels))
 
     def _digest(self, path: str) -> str | None:
         """The digest of `path`'s newest content, or None."""
-        if len(path.encode()) > _MAX_PATH:
+        if len(self._label(path).encode()) > _MAX_PATH:
             return None
-        for ref in self.store.refs({**self.labels, "path": path}):
+        for ref in self.store.refs({**self.labels, "path": self._label(path)}):
             return ref["digest"]
         return None
 
@@ -84,7 +101,7 @@ class SpillwayBackend(BackendProtocol):
         """Every path of this backend with its newest reference."""
         files: dict[str, dict] = {}
         for ref in self._refs():
-            path = ref["labels"].get("path")
+            path = self._path(ref["labels"].get("path"))
             if path is not None and path not in files:
                 files[path] = ref
         return files
@@ -151,7 +168,7 @@ class SpillwayBackend(BackendProtocol):
             while True:
                 found = self.store.search(pattern, labels=self.labels or None, fixed=True, cursor=cursor, redact=True)
                 for m in found["matches"]:
-                    p = m["labels"].get("path")
+                    p = self._path(m["labels"].get("path"))
                     if p is None or current.get(p) != m["digest"] or not p.startswith(base):
                         continue
                     if glob and not _glob_match(p, glob, base):
@@ -199,9 +216,9 @@ class SpillwayBackend(BackendProtocol):
     # ------------------------------------------------------------------ writes
 
     def _put(self, path: str, content: str | bytes) -> str:
-        if not path.startswith("/") or len(path.encode()) > _MAX_PATH:
+        if not path.startswith("/") or len(self._label(path).encode()) > _MAX_PATH:
             raise ValueError(f"a path starts with / and has at most {_MAX_PATH} bytes: {path!r}")
-        labels = {**self.labels, "path": path}
+        labels = {**self.labels, "path": self._label(path)}
         thread = _thread_id()
         if thread is not None and "thread" not in labels:
             labels["thread"] = thread
@@ -246,7 +263,8 @@ class SpillwayBackend(BackendProtocol):
         return out
 
     def delete(self, file_path: str) -> DeleteResult:
-        refs = [r for r in self._refs() if (r["labels"].get("path") or "") == file_path or (r["labels"].get("path") or "").startswith(file_path.rstrip("/") + "/")]
+        paths = [(r, self._path(r["labels"].get("path")) or "") for r in self._refs()]
+        refs = [r for r, p in paths if p == file_path or p.startswith(file_path.rstrip("/") + "/")]
         if not refs:
             return DeleteResult(error=f"Error: '{file_path}' not found")
         try:

@@ -70,7 +70,9 @@ def test_deepagents_evicts_to_the_store_and_reads_back_capped(server, store: spi
     )
     backend = CompositeBackend(
         default=StateBackend(),
-        routes={"/large_tool_results/": SpillwayBackend(store, labels={"app": "pytest-deepagents"})},
+        routes={
+            "/large_tool_results/": SpillwayBackend(store, labels={"app": "pytest-deepagents"}, prefix="/large_tool_results/")
+        },
     )
     agent = create_deep_agent(model=ScriptedModel(messages=script), tools=[fetch_logs], backend=backend)
     result = agent.invoke(
@@ -89,10 +91,10 @@ def test_deepagents_evicts_to_the_store_and_reads_back_capped(server, store: spi
     assert "row 099999" not in page and "row 100005" not in page, "the lines asked for, no more"
     assert "call_logs_1" in str(msgs["call_ls_1"].content)
     assert str(msgs["call_grep_1"].content) == "/large_tool_results/call_logs_1", "found by its content"
-    # In the store, with its labels: the path, the backend's own, the thread.
-    refs = list(store.refs({"path": "/call_logs_1"}))
+    # In the store, with its labels: the path as the agent saw it, the backend's own, the thread.
+    refs = list(store.refs({"path": "/large_tool_results/call_logs_1"}))
     assert len(refs) == 1
-    assert refs[0]["labels"] == {"path": "/call_logs_1", "app": "pytest-deepagents", "thread": "thread-42"}
+    assert refs[0]["labels"] == {"path": "/large_tool_results/call_logs_1", "app": "pytest-deepagents", "thread": "thread-42"}
     assert store.get(refs[0]["digest"]).decode() == output, "the exact output is kept"
 
 
@@ -141,6 +143,7 @@ def test_capped_tool_and_store_tools_in_an_agent_loop(store: spillway.Store) -> 
         """Dump the whole table."""
         return output
 
+    uploads_before = len(list(store.refs({"tool": "dump_table"})))
     capped = capped_tool(dump_table, cap=20_000, target=store)
     readers = store_tools(store)
     assert [t.name for t in readers] == ["read", "grep", "search"]
@@ -157,6 +160,7 @@ def test_capped_tool_and_store_tools_in_an_agent_loop(store: spillway.Store) -> 
     receipt = json.loads(str(tool_messages(first)["call_dump"].content))
     assert receipt["truncated"] and receipt["saved"] and len(json.dumps(receipt).encode()) <= 20_000
     digest = receipt["digest"]
+    assert len(list(store.refs({"tool": "dump_table"}))) == uploads_before + 1, "one upload per call"
     script2 = iter(
         [
             call("read", {"digest": digest, "line": 100_003, "lines": 2}, "call_read"),

@@ -339,7 +339,19 @@ async fn main() -> anyhow::Result<()> {
                 }
                 None => Some(default_metrics_listener().await?),
             };
-            tracing::info!(addr = %listener.local_addr()?, "spillway-server listening");
+            let addr = listener.local_addr()?;
+            tracing::info!(addr = %addr, "spillway-server listening");
+            // How to connect, as lines to copy: the clients' two variables and the viewer.
+            let token_file = state.config.data_dir.join("token");
+            if token_file.exists() {
+                let url = format!("http://{addr}");
+                let token = token_file.display();
+                tracing::info!("connect: export SPILLWAY_URL={url} SPILLWAY_TOKEN=$(cat {token})");
+                tracing::info!(
+                    "viewer: {url}/ui/ — for agents, a token that sees secrets only as marks: `spillway-server token \
+                     create --namespace default --scope read --scope write --redacted`"
+                );
+            }
             if let Some(m) = &metrics {
                 tracing::info!(metrics_addr = %m.local_addr()?, "metrics listening (for the operator's Prometheus)");
             }

@@ -119,6 +119,15 @@ async fn what_the_token_cannot_read_is_refused_before_the_command_runs() {
         assert!(!out.status.success() && err.contains(code), "{reference}: {err}");
         assert!(!marker.exists(), "{reference}: the command ran");
     }
+    // A redacted token (an agent's that must see secrets only as marks) gets no raw bytes: a
+    // command's stdin is refused as a `get` is.
+    let redacted = srv.redacted_token("ns-a", &[Scope::Read, Scope::Write]).await;
+    let mut c = cli(&srv, &redacted, work.path());
+    c.args(["exec", "--stdin", &ours.digest.to_string(), "--", "touch", "ran"]);
+    let out = c.output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("forbidden"), "{err}");
+    assert!(!marker.exists(), "a redacted token: the command ran");
     // A read-only token of the namespace feeds its own output.
     let reader = srv.token("ns-a", &[Scope::Read]).await;
     let mut c = cli(&srv, &reader, work.path());
