@@ -19,7 +19,7 @@ if ! "$venv/bin/python" -c "import spillway, requests" 2>/dev/null; then
   rm -rf target/wheels "$venv"
   python3 -m pip wheel ./python -w target/wheels --no-deps -q --disable-pip-version-check
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check "$(ls target/wheels/spillway-*.whl)[deepagents,test]" requests
+  "$venv/bin/pip" install -q --disable-pip-version-check "$(ls target/wheels/spillway_sdk-*.whl)[deepagents,test]" requests
 fi
 py="$venv/bin/python"
 size=${SIZE:-1073741824}
