@@ -387,6 +387,32 @@ function nextOf(page) {
   return null;
 }
 
+/** Marks what `search` matches inside `row`'s text (as text nodes: nothing is parsed as HTML).
+ * The server's patterns are Rust regex syntax; one the browser's RegExp does not take is left
+ * unmarked. */
+function highlight(row, search) {
+  let re;
+  try {
+    const source = search.fixed ? search.pattern.replace(/[.*+?^${}()|[\]\\]/g, '\\$&') : search.pattern;
+    re = new RegExp(source, search.ignoreCase ? 'gi' : 'g');
+  } catch {
+    return;
+  }
+  const text = row.textContent;
+  const frag = document.createDocumentFragment();
+  let at = 0;
+  for (const m of text.matchAll(re)) {
+    if (!m[0]) break;
+    const mark = document.createElement('mark');
+    mark.textContent = m[0];
+    frag.append(text.slice(at, m.index), mark);
+    at = m.index + m[0].length;
+  }
+  if (at === 0) return;
+  frag.append(text.slice(at));
+  row.replaceChildren(frag);
+}
+
 function makeRow({ n, text }) {
   const row = document.createElement('div');
   row.className = 'row';
@@ -467,6 +493,7 @@ const viewer = {
       const row = this.rows()[0];
       if (row) {
         row.classList.add('target');
+        if (this.search.matches.includes(line)) highlight(row, this.search);
         $('content').scrollTop = 0;
       }
       $('goto-input').value = '';
@@ -474,9 +501,17 @@ const viewer = {
     } finally {
       if (gen === this.gen) this.busy = false;
     }
-    // The lines above too, so that scrolling up works at once (the line stays where it is).
+    // The lines above too, so that scrolling up works at once, and the line a third of the way
+    // down the screen: what led to an error is in view with it (the last line sits at the bottom).
     await this.loadBefore();
     await this.fill();
+    if (gen !== this.gen) return;
+    const content = $('content');
+    const target = content.querySelector('.row.target');
+    if (target) {
+      const at = target.getBoundingClientRect().top - content.getBoundingClientRect().top + content.scrollTop;
+      content.scrollTop = Math.max(0, at - Math.floor(content.clientHeight / 3));
+    }
   },
 
   /** Appends a page that starts where the last row ends. */
@@ -798,9 +833,9 @@ function wire() {
     }
     navigate(`#/${viewer.kind}/${viewer.id}?line=${line}`);
   });
+  // The last line, at the bottom of the screen with the lines before it: where a crash is.
   $('to-end').addEventListener('click', () => {
-    const line = Math.max(1, viewer.totalLines - PAGE_LINES + 1);
-    navigate(`#/${viewer.kind}/${viewer.id}?line=${line}`);
+    navigate(`#/${viewer.kind}/${viewer.id}?line=${Math.max(1, viewer.totalLines)}`);
   });
   $('wrap').addEventListener('change', (e) => $('content').classList.toggle('wrap', e.target.checked));
   $('download').addEventListener('click', () => viewer.download().catch(explain));

@@ -121,6 +121,19 @@ async fn open(b: &Client, what: &str) {
     find(b, "#open-form button").await.click().await.unwrap();
 }
 
+/// Waits until `script` (returning a number) gives one `ok` takes.
+async fn until_js(b: &Client, script: &str, ok: impl Fn(f64) -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = b.execute(script, vec![]).await.unwrap().as_f64().unwrap_or(-1.0);
+        if ok(v) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never happened: {what} ({v})");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn goto_line(b: &Client, line: u64) {
     fill(b, "#goto-input", &line.to_string()).await;
     find(b, "#goto-form button").await.click().await.unwrap();
@@ -218,6 +231,19 @@ async fn viewer_in_a_real_browser() {
     see_text(&b, ".row[data-n='998999']", "line 998999").await;
     b.execute("document.getElementById('content').scrollTop = 0;", vec![]).await.unwrap();
     see_text(&b, ".row[data-n='998001']", "line 998001").await;
+    // The jumped-to line has the lines before it in view: it sits about a third of the way down.
+    goto_line(&b, 999_000).await;
+    see_text(&b, ".row.target", "line 999000").await;
+    let where_target = "const c = document.getElementById('content'); const r = c.querySelector('.row.target');
+        return r ? (r.getBoundingClientRect().top - c.getBoundingClientRect().top) / c.clientHeight : -1;";
+    until_js(&b, where_target, |f| (0.2..0.5).contains(&f), "line 999,000 a third of the way down").await;
+    // End: the last line, at the bottom of the screen with the lines before it.
+    find(&b, "#to-end").await.click().await.unwrap();
+    see_text(&b, ".row.target", "line 1000000").await;
+    let bottom = "const c = document.getElementById('content'); const r = c.querySelector('.row.target');
+        return r ? (r.getBoundingClientRect().bottom - c.getBoundingClientRect().top) / c.clientHeight : -1;";
+    until_js(&b, bottom, |f| (0.9..=1.01).contains(&f), "the last line at the bottom").await;
+    see_text(&b, ".row[data-n='999999']", "line 999999").await;
     goto_line(&b, 1_000_002).await;
     see_containing(&b, "#message", "Past the end").await;
     // Scrolling down from line 1 fetches the next pages.
@@ -241,6 +267,7 @@ async fn viewer_in_a_real_browser() {
     let greps = urls_visited(&b).await.iter().filter(|u| u.contains("/grep?")).count();
     assert!(greps > 1, "one grep call covered the whole output ({greps}): the walk on was not tried");
     see_text(&b, ".row.target", "line 50000").await;
+    see_text(&b, ".row.target mark", "line 50000").await; // the match marked inside its line
     find(&b, "#next-match").await.click().await.unwrap();
     see_text(&b, ".row.target", "line 50001").await;
     see_text(&b, "#results li.current", "50001: line 50001").await;
