@@ -434,7 +434,7 @@ const viewer = {
   busy: false,
   totalLines: 0,
   follow: null, // AbortController of a stream's long-poll
-  search: { pattern: null, fixed: false, ignoreCase: false, matches: [], next: null, current: -1 },
+  search: { pattern: null, fixed: false, ignoreCase: false, matches: [], next: null, current: -1, start: 1, wrapped: false },
 
   async open(kind, id, line) {
     if (this.kind === kind && this.id === id) {
@@ -453,7 +453,7 @@ const viewer = {
     $('results').replaceChildren();
     $('results-box').hidden = true;
     $('search-status').textContent = '';
-    this.search = { pattern: null, fixed: false, ignoreCase: false, matches: [], next: null, current: -1 };
+    this.search = { pattern: null, fixed: false, ignoreCase: false, matches: [], next: null, current: -1, start: 1, wrapped: false };
     if (kind === 'stream') await this.refreshState();
     await this.goto(line);
   },
@@ -738,6 +738,8 @@ const viewer = {
     }
   },
 
+  // A search starts at the line at the top of the screen and, at the end of the output, goes on
+  // from line 1 up to where it started (as `less` wraps): the matches after where you are first.
   async walkFrom(s, fromLine) {
     const list = $('results');
     let line = fromLine;
@@ -751,7 +753,9 @@ const viewer = {
         max_matches: MATCHES_PER_CALL - shown,
       });
       if (s !== this.search) return; // a newer search replaced this one
+      const before = s.wrapped ? s.start : Infinity; // once wrapped, only the lines above the start
       for (const m of found.matches) {
+        if (m.line >= before) break;
         const li = document.createElement('li');
         const n = document.createElement('span');
         n.className = 'n';
@@ -760,14 +764,20 @@ const viewer = {
         li.dataset.index = String(s.matches.length);
         s.matches.push(m.line);
         list.append(li);
+        shown += 1;
       }
-      shown += found.matches.length;
-      s.next = found.next_line;
+      s.next = found.next_line && found.next_line < before ? found.next_line : null;
+      if (!s.next && !s.wrapped && s.start > 1) {
+        s.wrapped = true; // the end: on from the top, up to where the search began
+        s.next = 1;
+      }
       $('results-more').hidden = !s.next || shown < MATCHES_PER_CALL;
       $('results-box').hidden = false;
       const count = s.matches.length.toLocaleString('en');
+      const from = s.start > 1 ? ` from line ${s.start.toLocaleString('en')}${s.wrapped ? ', wrapped' : ''}` : '';
       if (!s.next || shown >= MATCHES_PER_CALL) {
-        $('search-status').textContent = `${count}${s.next ? '+' : ''} matching line${count === 1 && !s.next ? '' : 's'}`;
+        const plural = count === '1' && !s.next ? '' : 's';
+        $('search-status').textContent = `${count}${s.next ? '+' : ''} matching line${plural}${from}`;
         return;
       }
       $('search-status').textContent = `Searching from line ${s.next.toLocaleString('en')}… ${count} found so far`;
@@ -779,6 +789,7 @@ const viewer = {
     event.preventDefault();
     const pattern = $('search-input').value;
     if (!pattern) return;
+    const start = this.kind ? this.topLine() : 1;
     this.search = {
       pattern,
       fixed: $('search-literal').checked,
@@ -786,9 +797,11 @@ const viewer = {
       matches: [],
       next: null,
       current: -1,
+      start,
+      wrapped: false,
     };
     $('results').replaceChildren();
-    await this.searchFrom(1);
+    await this.searchFrom(start);
     if (this.search.matches.length) await this.jump(0);
   },
 

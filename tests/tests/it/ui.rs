@@ -263,7 +263,7 @@ async fn viewer_in_a_real_browser() {
     // Search, jump to a match, and step to the next one.
     fill(&b, "#search-input", "^line 5000[0-9]$").await;
     find(&b, "#search-form button").await.click().await.unwrap();
-    see_text(&b, "#search-status", "10 matching lines").await;
+    see_containing(&b, "#search-status", "10 matching lines from line").await; // from where the screen is
     let greps = urls_visited(&b).await.iter().filter(|u| u.contains("/grep?")).count();
     assert!(greps > 1, "one grep call covered the whole output ({greps}): the walk on was not tried");
     see_text(&b, ".row.target", "line 50000").await;
@@ -274,13 +274,25 @@ async fn viewer_in_a_real_browser() {
     find(&b, "#results li:nth-child(5)").await.click().await.unwrap();
     see_text(&b, ".row.target", "line 50004").await;
 
-    // Past the first call's matches: "load more" asks from where it stopped.
+    // Past the first call's matches: "load more" asks from where it stopped (from line 1 here:
+    // a search starts at the line at the top of the screen).
+    goto_line(&b, 1).await;
+    see_text(&b, ".row.target", "line 1").await;
     fill(&b, "#search-input", "7$").await;
     find(&b, "#search-form button").await.click().await.unwrap();
     see_containing(&b, "#search-status", "200+ matching lines").await;
     find(&b, "#results-more").await.click().await.unwrap();
     see_containing(&b, "#search-status", "400+ matching lines").await;
     see_text(&b, "#results li:nth-child(201)", "2007: line 2007").await;
+    // From the middle, the match below comes first, then the search wraps to the one above.
+    goto_line(&b, 500_000).await;
+    see_text(&b, ".row.target", "line 500000").await;
+    fill(&b, "#search-input", "^line (1|999999)$").await;
+    find(&b, "#search-form button").await.click().await.unwrap();
+    see_containing(&b, "#search-status", "2 matching lines from line").await;
+    see_containing(&b, "#search-status", "wrapped").await;
+    see_text(&b, "#results li:nth-child(1)", "999999: line 999999").await;
+    see_text(&b, "#results li:nth-child(2)", "1: line 1").await;
 
     // By its SHA-256 too; the exact bytes download.
     let small = "first\nsecond\n";
