@@ -454,8 +454,24 @@ const viewer = {
     $('results-box').hidden = true;
     $('search-status').textContent = '';
     this.search = { pattern: null, fixed: false, ignoreCase: false, matches: [], next: null, current: -1, start: 1, wrapped: false };
+    $('meta-refs').textContent = '';
     if (kind === 'stream') await this.refreshState();
     await this.goto(line);
+    if (kind === 'blob') this.describe().catch(() => {}); // the header's second half; not needed to read
+  },
+
+  /** When the output was saved and its labels (the command that made it, the tool, the run):
+   * its newest reference, `GET /v1/refs?digest=`. */
+  async describe() {
+    const gen = this.gen;
+    if (!this.digest?.startsWith('blake3:')) return;
+    const list = await api('/v1/refs', { digest: this.digest, limit: 1 });
+    const r = list.refs[0];
+    if (!r || gen !== this.gen) return;
+    const labels = Object.entries(r.labels).map(([k, v]) => `${k}=${v}`);
+    const saved = r.created_at.replace('T', ' ').replace(/(\.\d+)?Z$/, ' UTC');
+    $('meta-refs').textContent = [`saved ${saved}`, ...labels].join(' · ');
+    $('meta-refs').title = labels.join('\n');
   },
 
   close() {

@@ -573,25 +573,24 @@ impl Db {
         self.delete_refs_where("DELETE FROM refs WHERE namespace = $1 AND digest = $2", ns, digest, now).await
     }
 
-    /// A page of this namespace's live references, newest first, filtered by labels.
+    /// A page of this namespace's live references, newest first, filtered by labels, and by
+    /// the blob they name when `digest` is given.
     pub async fn list_refs(
         &self,
         ns: &Namespace,
         filter: &BTreeMap<String, String>,
+        digest: Option<&Digest>,
         before_id: Option<i64>,
         limit: u32,
         now: i64,
     ) -> DbResult<Vec<RefRow>> {
-        let mut sql = String::from(
-            "SELECT r.id, r.digest, r.labels, r.created_at, r.expires_at, r.pinned, b.size, b.lines \
-             FROM refs r JOIN blobs b ON b.digest = r.digest \
-             WHERE r.namespace = $1 AND (r.pinned = 1 OR r.expires_at > $2) AND r.id < $3",
-        );
-        let n = label_conditions(&mut sql, filter, 3);
-        sql.push_str(&format!(" ORDER BY r.id DESC LIMIT ${}", n + 1));
+        let sql = list_refs_sql(filter.len(), digest.is_some());
         let mut q = sqlx::query(&sql).bind(ns.as_str()).bind(now).bind(before_id.unwrap_or(i64::MAX));
         for (k, v) in filter {
             q = q.bind(k).bind(v);
+        }
+        if let Some(d) = digest {
+            q = q.bind(d.hex());
         }
         let rows = q.bind(i64::from(limit)).fetch_all(&self.pool).await?;
         rows.iter()
@@ -610,3 +609,23 @@ impl Db {
             .collect()
     }
 }
+
+/// The listing of references with `labels` label filters, and one digest when `digest`: by the
+/// digest, its newest references are read in order from `refs_digest_ns_id` on both databases
+/// (`db::plans`).
+pub(crate) fn list_refs_sql(labels: usize, digest: bool) -> String {
+    let mut sql = String::from(
+        "SELECT r.id, r.digest, r.labels, r.created_at, r.expires_at, r.pinned, b.size, b.lines \
+         FROM refs r JOIN blobs b ON b.digest = r.digest \
+         WHERE r.namespace = $1 AND (r.pinned = 1 OR r.expires_at > $2) AND r.id < $3",
+    );
+    let mut n = label_conditions(&mut sql, labels, 3);
+    if digest {
+        n += 1;
+        sql.push_str(&format!(" AND r.digest = ${n}"));
+    }
+    sql.push_str(" ORDER BY r.id DESC");
+    sql.push_str(&format!(" LIMIT ${}", n + 1));
+    sql
+}
+

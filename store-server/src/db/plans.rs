@@ -74,6 +74,12 @@ pub fn statements() -> Vec<Planned> {
             ("streams_expires", "streams_expires"),
         ),
         p(
+            "refs: the references to one output (the viewer's header)",
+            &super::blobs::list_refs_sql(0, true),
+            vec![ns.clone(), Int(0), Int(i64::MAX), digest.clone(), Int(2)],
+            ("refs_digest_ns_id", "refs_digest_ns_id"),
+        ),
+        p(
             "retention: expired searches",
             "DELETE FROM search_snapshots WHERE expires_at <= $1",
             vec![Int(0)],
@@ -129,7 +135,7 @@ pub fn statements() -> Vec<Planned> {
                 super::blobs::VISIBLE
             ),
             vec![ns, Int(0), digest],
-            ("refs_digest_ns", "refs_digest_ns"),
+            ("refs_digest_ns_id", "refs_digest_ns_id"),
         ),
     ]
 }

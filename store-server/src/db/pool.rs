@@ -528,14 +528,10 @@ pub(super) fn labels_json(labels: &spillway_api::Labels) -> String {
     serde_json::to_string(labels).unwrap_or_else(|_| "{}".into())
 }
 
-/// Appends to a `refs r` query one condition per label of `filter` (every one must match),
+/// Appends to a `refs r` query one condition for each of `labels` label filters (every one must match),
 /// numbered from `$n + 1`; returns the last placeholder's number. Bind each key, then its value.
-pub(super) fn label_conditions(
-    sql: &mut String,
-    filter: &std::collections::BTreeMap<String, String>,
-    mut n: usize,
-) -> usize {
-    for _ in filter {
+pub(super) fn label_conditions(sql: &mut String, labels: usize, mut n: usize) -> usize {
+    for _ in 0..labels {
         sql.push_str(&format!(
             " AND EXISTS (SELECT 1 FROM ref_labels l WHERE l.ref_id = r.id AND l.key = ${} AND l.value = ${})",
             n + 1,

@@ -55,7 +55,7 @@ impl Db {
         limit: i64,
     ) -> DbResult<Vec<SearchRef>> {
         let mut sql = String::from(SEARCH_PAGE);
-        let n = label_conditions(&mut sql, filter, 5);
+        let n = label_conditions(&mut sql, filter.len(), 5);
         sql.push_str(&format!(" ORDER BY r.id DESC LIMIT ${}", n + 1));
         let mut q = sqlx::query(&sql).bind(ns.as_str()).bind(now).bind(since).bind(until).bind(from);
         for (k, v) in filter {

@@ -447,3 +447,33 @@ async fn failed_uploads_leave_no_staged_bytes() {
     assert!(srv.stored_under("blobs").is_empty(), "nothing was published");
     srv.stop().await;
 }
+
+/// `GET /v1/refs?digest=`: one output's references, newest first (the viewer's header), within
+/// the namespace; a malformed or SHA-256 digest is a clear 400.
+#[tokio::test]
+async fn refs_of_one_output() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    let one = c.put(Bytes::from_static(b"one\n"), &UploadOptions::default().label("cmd", "make")).await.unwrap();
+    c.put(Bytes::from_static(b"other\n"), &UploadOptions::default().label("cmd", "ls")).await.unwrap();
+    c.put(Bytes::from_static(b"one\n"), &UploadOptions::default().label("cmd", "make again")).await.unwrap();
+    let list = |client: spillway_client::StoreClient, q: String| async move {
+        client.request(Method::GET, &format!("/v1/refs?{q}")).send().await.unwrap()
+    };
+    let resp = list(c.clone(), format!("digest={}", one.digest)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    let cmds: Vec<&str> = body["refs"].as_array().unwrap().iter().map(|r| r["labels"]["cmd"].as_str().unwrap()).collect();
+    assert_eq!(cmds, ["make again", "make"], "its references only, newest first");
+    let body: serde_json::Value =
+        list(c.clone(), format!("digest={}&limit=1", one.digest)).await.json().await.unwrap();
+    assert_eq!((body["refs"].as_array().unwrap().len(), body["next_cursor"].is_string()), (1, true));
+    let other = srv.client_for("other", ALL).await;
+    let body: serde_json::Value = list(other, format!("digest={}", one.digest)).await.json().await.unwrap();
+    assert!(body["refs"].as_array().unwrap().is_empty(), "another namespace sees none");
+    for bad in [format!("digest={}", one.sha256), "digest=blake3:xyz".to_owned()] {
+        let resp = list(c.clone(), bad.clone()).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{bad}");
+    }
+    srv.stop().await;
+}

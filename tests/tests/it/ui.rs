@@ -186,6 +186,8 @@ async fn viewer_in_a_real_browser() {
     open(&b, &big).await;
     see_text(&b, ".row[data-n='1']", "line 1").await;
     let line_1 = started.elapsed();
+    see_containing(&b, "#meta-refs", "tool=ui-test").await; // the header: when, and what made it
+    see_containing(&b, "#meta-refs", "saved 20").await;
     let started = Instant::now();
     goto_line(&b, 999_000).await;
     let row = see_text(&b, ".row[data-n='999000']", "line 999000").await;

@@ -214,6 +214,11 @@ fn complete_operation(method: &str, path: &str, op: &mut Map<String, Value>) {
                     json!({"type": "integer", "minimum": 1, "maximum": 1000}),
                 ));
                 list.push(query_param("cursor", "The `next_cursor` of the previous page.", cursor_schema()));
+                list.push(query_param(
+                    "digest",
+                    "Only the references to this output (its `blake3:` digest).",
+                    json!({"type": "string", "pattern": "^blake3:[0-9a-f]{64}$"}),
+                ));
                 list.extend(label_params());
             }
             ("get", "/v1/search") => {

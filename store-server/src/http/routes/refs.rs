@@ -17,7 +17,7 @@ const MAX_LIMIT: u32 = 1000;
 /// The route a cursor of this listing is sealed for.
 const CURSOR: &str = "refs";
 
-/// `GET /v1/refs?label.<k>=<v>&limit=&cursor=`.
+/// `GET /v1/refs?label.<k>=<v>&digest=&limit=&cursor=`.
 #[utoipa::path(get, path = "/v1/refs", responses((status = 200, body = RefList)))]
 pub(super) async fn list_refs(
     State(state): State<AppState>,
@@ -29,6 +29,7 @@ pub(super) async fn list_refs(
     let mut filter = BTreeMap::new();
     let mut limit = DEFAULT_LIMIT;
     let mut cursor = None;
+    let mut digest = None;
     for (k, v) in pairs {
         if let Some(key) = k.strip_prefix("label.") {
             if !spillway_api::valid_label_key(key) {
@@ -43,6 +44,14 @@ pub(super) async fn list_refs(
                 .ok()
                 .filter(|n| (1..=MAX_LIMIT).contains(n))
                 .ok_or_else(|| ApiError::InvalidArgument(format!("limit must be 1 to {MAX_LIMIT}")))?;
+        } else if k == "digest" {
+            // The references to one output (the viewer's header: its labels, when it was made).
+            digest = match super::extract::parse_digest(&v)? {
+                spillway_api::AnyDigest::Blake3(d) => Some(d),
+                spillway_api::AnyDigest::Sha256(_) => {
+                    return Err(ApiError::InvalidArgument("digest: use the output's blake3: digest".into()))
+                }
+            };
         } else if k == "cursor" {
             // Opaque and bound to this namespace: a row id, sealed (see `cursor.rs`).
             let raw = state.cursors.open(CURSOR, &caller.namespace, b"", &v)?;
@@ -50,7 +59,7 @@ pub(super) async fn list_refs(
             cursor = Some(id.map_err(|_| ApiError::InvalidArgument("invalid cursor".into()))?);
         } // other parameters are ignored, as S3 does
     }
-    let rows = state.db.list_refs(&caller.namespace, &filter, cursor, limit + 1, state.now()).await?;
+    let rows = state.db.list_refs(&caller.namespace, &filter, digest.as_ref(), cursor, limit + 1, state.now()).await?;
     let more = rows.len() > limit as usize;
     let refs: Vec<RefEntry> = rows
         .iter()
