@@ -446,8 +446,7 @@ pub async fn exec_with_input(mut cmd: Command, opts: &ExecOptions, input: Option
         std::future::pending::<std::convert::Infallible>().await
     };
     let run = async {
-        let (stdout, stderr, fed) =
-            tokio::join!(read_all(out, opts, "stdout"), read_all(err, opts, "stderr"), feed);
+        let (stdout, stderr, fed) = tokio::join!(read_all(out, opts, "stdout"), read_all(err, opts, "stderr"), feed);
         (stdout, stderr, fed, child.wait().await)
     };
     let (stdout, stderr, fed, status) = tokio::select! {

@@ -328,7 +328,10 @@ mod tests {
         assert_eq!(r.shown, [ShownRange { offset: 0, length: 50 }, ShownRange { offset: 1950, length: 50 }]);
         assert!(r.digest.as_deref().is_some_and(|d| d.starts_with("blake3:")));
         let hint = r.hint.as_deref().unwrap();
-        assert!(hint.contains("over 1000 bytes") && hint.contains("first 50 and last 50 bytes") && hint.contains(&path), "{hint}");
+        assert!(
+            hint.contains("over 1000 bytes") && hint.contains("first 50 and last 50 bytes") && hint.contains(&path),
+            "{hint}"
+        );
         // The tail is where a failing build says why.
         let log = format!("{}error[E0308]: mismatched types\n", "compiling …\n".repeat(300));
         let out = g.apply(vec![TurnResult::Text(log)]).await;
@@ -363,7 +366,12 @@ mod tests {
         let TurnResult::Receipt(r) = &out[0] else { panic!() };
         assert_eq!((r.digest.as_deref(), r.file_path.as_deref()), (Some("blake3:abc"), None));
         assert_eq!((r.total_size, r.total_lines), (9_000_000, 12));
-        assert!(r.result.contains("[omitted 8999900 bytes, full content at blake3:abc; read it with `spillway read blake3:abc"), "{}", r.result);
+        assert!(
+            r.result
+                .contains("[omitted 8999900 bytes, full content at blake3:abc; read it with `spillway read blake3:abc"),
+            "{}",
+            r.result
+        );
         assert_eq!(std::fs::read_dir(dir.path()).map(|d| d.count()).unwrap_or(0), 0, "nothing saved again");
     }
 

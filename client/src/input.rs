@@ -54,7 +54,11 @@ impl Input {
             if let Some(d) = info.digest {
                 return Self::blob(reader, &d, reference).await;
             }
-            return Ok(Self { body: stream_so_far(store.clone(), reference.clone(), info.size), check: None, reference });
+            return Ok(Self {
+                body: stream_so_far(store.clone(), reference.clone(), info.size),
+                check: None,
+                reference,
+            });
         }
         Self::blob(reader, &reference.clone(), reference).await
     }

@@ -339,7 +339,9 @@ impl SpillwayTools {
         }
         match a.tail_lines {
             Some(lines) => numbered_page(&target, ReadRequest::Tail { lines }, room).await,
-            None => numbered_page(&target, ReadRequest::Lines { line: a.line.unwrap_or(1), lines: a.lines }, room).await,
+            None => {
+                numbered_page(&target, ReadRequest::Lines { line: a.line.unwrap_or(1), lines: a.lines }, room).await
+            }
         }
     }
 
@@ -520,8 +522,7 @@ async fn numbered_page(target: &Target, req: ReadRequest, room: usize) -> Result
     }
     let start_line = page.start_line + first as u64;
     let skipped: u64 = page.content.split_inclusive('\n').take(first).map(|l| l.len() as u64).sum();
-    let shown_bytes: u64 =
-        page.content.split_inclusive('\n').skip(first).take(shown).map(|l| l.len() as u64).sum();
+    let shown_bytes: u64 = page.content.split_inclusive('\n').skip(first).take(shown).map(|l| l.len() as u64).sum();
     let mut text = numbered[first..first + shown].concat();
     let end_line = start_line + shown.max(1) as u64 - 1;
     let next = page.offset + skipped + shown_bytes;

@@ -118,10 +118,12 @@ fn store_hint(size: &str, digest: &str, next_line: u64, readers: Readers, redact
 /// How to work on a saved output without reading it: its bytes as a command's stdin.
 fn process(readers: Readers, local: &str, name: &str) -> String {
     match readers {
-        Readers::Cli => format!(
-            "Process it without reading it: `spillway exec{local} --stdin {name} -- jq|awk|sort|cut|wc …`."
-        ),
-        Readers::Mcp => format!("Process it without reading it: the run tool with stdin {name} and jq, awk, sort, cut."),
+        Readers::Cli => {
+            format!("Process it without reading it: `spillway exec{local} --stdin {name} -- jq|awk|sort|cut|wc …`.")
+        }
+        Readers::Mcp => {
+            format!("Process it without reading it: the run tool with stdin {name} and jq, awk, sort, cut.")
+        }
     }
 }
 

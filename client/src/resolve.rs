@@ -120,7 +120,9 @@ async fn fetch(reader: &Reader, d: &str, opts: &ResolveOptions) -> Result<Value>
     }
     check.finish()?;
     if !opts.as_file {
-        return Ok(Value::String(String::from_utf8(data).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())));
+        return Ok(Value::String(
+            String::from_utf8(data).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+        ));
     }
     let path = file_for(&digest.to_string());
     if !path.exists() {

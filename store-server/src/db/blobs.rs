@@ -628,4 +628,3 @@ pub(crate) fn list_refs_sql(labels: usize, digest: bool) -> String {
     sql.push_str(&format!(" LIMIT ${}", n + 1));
     sql
 }
-

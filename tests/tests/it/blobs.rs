@@ -463,10 +463,10 @@ async fn refs_of_one_output() {
     let resp = list(c.clone(), format!("digest={}", one.digest)).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let body: serde_json::Value = resp.json().await.unwrap();
-    let cmds: Vec<&str> = body["refs"].as_array().unwrap().iter().map(|r| r["labels"]["cmd"].as_str().unwrap()).collect();
+    let cmds: Vec<&str> =
+        body["refs"].as_array().unwrap().iter().map(|r| r["labels"]["cmd"].as_str().unwrap()).collect();
     assert_eq!(cmds, ["make again", "make"], "its references only, newest first");
-    let body: serde_json::Value =
-        list(c.clone(), format!("digest={}&limit=1", one.digest)).await.json().await.unwrap();
+    let body: serde_json::Value = list(c.clone(), format!("digest={}&limit=1", one.digest)).await.json().await.unwrap();
     assert_eq!((body["refs"].as_array().unwrap().len(), body["next_cursor"].is_string()), (1, true));
     let other = srv.client_for("other", ALL).await;
     let body: serde_json::Value = list(other, format!("digest={}", one.digest)).await.json().await.unwrap();

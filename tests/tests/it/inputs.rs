@@ -33,9 +33,10 @@ async fn run_measured(mut c: tokio::process::Command) -> (std::process::Output, 
         tokio::spawn(async move {
             loop {
                 let Ok(s) = std::fs::read_to_string(&status) else { return };
-                let hwm = s.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| {
-                    v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
-                });
+                let hwm = s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
                 match hwm {
                     Some(kb) => peak.fetch_max(kb * 1024, std::sync::atomic::Ordering::Relaxed),
                     None => return, // a zombie: it has exited
@@ -61,7 +62,12 @@ fn big_lines(n: u64) -> impl futures::Stream<Item = std::io::Result<Bytes>> + Se
     futures::stream::iter((0..n.div_ceil(PER_CHUNK)).map(move |k| {
         let mut s = String::with_capacity(PER_CHUNK as usize * 100);
         for i in k * PER_CHUNK..((k + 1) * PER_CHUNK).min(n) {
-            s.push_str(&format!("{{\"i\":{i:>10},\"status\":{},\"path\":\"/api/v1/items/{:>8}\",\"pad\":\"{:>29}\"}}\n", if i % 7 == 0 { 500 } else { 200 }, i % 1000, ""));
+            s.push_str(&format!(
+                "{{\"i\":{i:>10},\"status\":{},\"path\":\"/api/v1/items/{:>8}\",\"pad\":\"{:>29}\"}}\n",
+                if i % 7 == 0 { 500 } else { 200 },
+                i % 1000,
+                ""
+            ));
         }
         Ok(Bytes::from(s))
     }))
@@ -240,11 +246,7 @@ async fn the_last_lines_of_any_output() {
     assert_eq!((p.start_line, p.content.as_str()), (4_999, "line 4999\nline 5000\n"));
     // Clear refusals.
     for q in ["tail_lines=0", "tail_lines=1000001", "tail_lines=5&line=3", "tail_lines=5&offset=0", "tail_lines=x"] {
-        let resp = c
-            .request(reqwest::Method::GET, &format!("/v1/blobs/{}/read?{q}", rec.digest))
-            .send()
-            .await
-            .unwrap();
+        let resp = c.request(reqwest::Method::GET, &format!("/v1/blobs/{}/read?{q}", rec.digest)).send().await.unwrap();
         assert_eq!(resp.status(), 400, "{q}");
         let body: Value = resp.json().await.unwrap();
         assert_eq!(body["error"]["code"], "invalid_argument", "{q}");

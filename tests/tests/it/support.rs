@@ -86,6 +86,10 @@ pub fn server_binary() -> std::path::PathBuf {
 pub fn client_binary() -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let bin = exe.parent().and_then(|deps| deps.parent()).expect("target directory").join("spillway");
-    assert!(bin.exists(), "{} is missing: `cargo test --workspace` builds it (or `cargo build -p spillway-client`)", bin.display());
+    assert!(
+        bin.exists(),
+        "{} is missing: `cargo test --workspace` builds it (or `cargo build -p spillway-client`)",
+        bin.display()
+    );
     bin
 }

@@ -132,7 +132,9 @@ impl ReadQuery {
         }
         if let Some(n) = self.tail_lines {
             if self.offset.or(self.limit).or(self.line).or(self.lines).is_some() {
-                return Err(ApiError::InvalidArgument("tail_lines is not taken with line, lines, offset or limit".into()));
+                return Err(ApiError::InvalidArgument(
+                    "tail_lines is not taken with line, lines, offset or limit".into(),
+                ));
             }
             if !(1..=page::MAX_TAIL_LINES).contains(&n) {
                 return Err(ApiError::InvalidArgument(format!("tail_lines must be 1 to {}", page::MAX_TAIL_LINES)));
