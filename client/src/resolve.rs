@@ -104,7 +104,7 @@ fn too_large(d: &str, size: Option<u64>, limit: u64) -> ClientError {
 /// One output's bytes, verified, as text or a file's path.
 async fn fetch(reader: &Reader, d: &str, opts: &ResolveOptions) -> Result<Value> {
     let digest = parse_digest(d)?;
-    let (len, mut body) = reader.download(&digest).await?;
+    let (len, mut body) = reader.download(&digest).await.map_err(|e| unreadable(d, e))?;
     if len.is_some_and(|l| l > opts.limit) {
         return Err(too_large(d, len, opts.limit));
     }
@@ -134,6 +134,19 @@ async fn fetch(reader: &Reader, d: &str, opts: &ResolveOptions) -> Result<Value>
         std::fs::rename(&partial, &path).map_err(|e| ClientError::file(&path, e))?;
     }
     Ok(Value::String(path.display().to_string()))
+}
+
+/// A reference this token may not read the bytes of (a redacted token's: `403`) is as missing to
+/// the tool as one that is not there: `not_found` (api.md v1.3).
+fn unreadable(d: &str, e: ClientError) -> ClientError {
+    match e {
+        ClientError::Api { status: 403, message, .. } => ClientError::Api {
+            status: 404,
+            code: ErrorCode::NotFound,
+            message: format!("{d} cannot be read with this token: {message}"),
+        },
+        other => other,
+    }
 }
 
 /// Where `as_file` puts the output named `digest`.

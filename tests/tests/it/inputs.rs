@@ -8,7 +8,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use spillway_client::reader::Reader;
 use spillway_client::resolve::{resolve, ResolveOptions};
-use spillway_client::{ReadRequest, UploadOptions};
+use spillway_client::{ReadRequest, StoreClient, UploadOptions};
 use spillway_server::auth::Scope;
 
 use crate::support::*;
@@ -286,6 +286,10 @@ async fn references_in_arguments_become_the_outputs() {
     let missing = json!({"$spillway": format!("blake3:{}", "ef".repeat(32))});
     let err = resolve(missing, &reader, &ResolveOptions::default()).await.unwrap_err();
     assert_eq!(api_code(&err), (404, "not_found".into()));
+    // A redacted token gets no raw bytes: to the tool, the output is as missing.
+    let redacted = Reader::Store(StoreClient::new(&srv.url, srv.redacted_token("ns-a", &[Scope::Read]).await));
+    let err = resolve(json!({"$spillway": small.digest.to_string()}), &redacted, &ResolveOptions::default()).await;
+    assert_eq!(api_code(&err.unwrap_err()), (404, "not_found".into()));
     // Another namespace's output is as missing.
     let other = Reader::Store(srv.client_for("other", ALL).await);
     let err = resolve(json!({"$spillway": small.digest.to_string()}), &other, &ResolveOptions::default()).await;
