@@ -3,8 +3,9 @@
 //! wrappers over the SDK: `run` is `exec` (capture, receipts, the 3-second rule), `read` and
 //! `grep` are the capped reader, `background` and `tail` are the supervised streams. What the
 //! model reads is text (pages with numbered lines, `N: line` matches) with one line saying
-//! where to continue; the JSON goes in `structuredContent`. Every failure is a tool result
-//! with `isError`, never a protocol error.
+//! where to continue, sent once (no `structuredContent` copy), each answer within its host's
+//! budget. The JSON beside the text serves hosts that are not MCP clients (`call_tool`, the
+//! Python package). Every failure is a tool result with `isError`, never a protocol error.
 
 use std::sync::Arc;
 use std::time::Duration;

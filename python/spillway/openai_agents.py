@@ -78,7 +78,7 @@ def spill_filter(store: Any, budget: int = 200_000) -> Any:
             results.append(parsed if isinstance(parsed, dict) and "truncated" in parsed else o)
         gated = await asyncio.to_thread(gate, results, True, store, budget)
         for i, before, after in zip(at, results, gated, strict=True):
-            if after is not before and after != before:
+            if after != before:
                 items[i] = {**items[i], "output": after if isinstance(after, str) else json.dumps(after, ensure_ascii=False)}
         return ModelInputData(input=items, instructions=data.model_data.instructions)
 

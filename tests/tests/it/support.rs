@@ -70,26 +70,24 @@ pub fn sha256_of(rec: &spillway_api::BlobRecord) -> spillway_api::AnyDigest {
     rec.sha256.parse().expect("the record's sha256 is a digest")
 }
 
-/// The `spillway-server` binary the workspace built beside this test binary.
-pub fn server_binary() -> std::path::PathBuf {
+/// A binary of package `package`, named `name`, that the workspace built beside this test binary.
+fn workspace_binary(name: &str, package: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let bin = exe.parent().and_then(|deps| deps.parent()).expect("target directory").join("spillway-server");
+    let bin = exe.parent().and_then(|deps| deps.parent()).expect("target directory").join(name);
     assert!(
         bin.exists(),
-        "{} is missing: `cargo test --workspace` builds it (or `cargo build -p spillway-server`)",
+        "{} is missing: `cargo test --workspace` builds it (or `cargo build -p {package}`)",
         bin.display()
     );
     bin
 }
 
-/// The `spillway` CLI binary the workspace built beside this test binary.
+/// The `spillway-server` binary.
+pub fn server_binary() -> std::path::PathBuf {
+    workspace_binary("spillway-server", "spillway-server")
+}
+
+/// The `spillway` CLI binary.
 pub fn client_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let bin = exe.parent().and_then(|deps| deps.parent()).expect("target directory").join("spillway");
-    assert!(
-        bin.exists(),
-        "{} is missing: `cargo test --workspace` builds it (or `cargo build -p spillway-client`)",
-        bin.display()
-    );
-    bin
+    workspace_binary("spillway", "spillway-client")
 }

@@ -198,7 +198,7 @@ pub(super) async fn stream_bytes(
     let id = stream_id(&id)?;
     let limit = match q.limit {
         None => APPEND_PIECE as u64,
-        Some(l @ 1..=0x40_0000) => l,
+        Some(l) if (1..=APPEND_PIECE as u64).contains(&l) => l,
         Some(_) => return Err(ApiError::InvalidArgument(format!("limit must be 1 to {APPEND_PIECE}"))),
     };
     let offset = q.offset.unwrap_or(0);
